@@ -1,0 +1,102 @@
+"""The explicit, frozen configuration of a `create` run, and its validation."""
+
+import dataclasses
+from typing import Optional
+
+SPLITS = ("train", "dev", "test")
+SPAN_UNITS = ("piece", "word")
+
+
+class ConfigError(ValueError):
+    """A flag value or combination that cannot produce valid records."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateConfig:
+    """Everything that decides the records; names and defaults are the original data_utils.py flags."""
+    input_glob: str = "data/example/*.txt"
+    sp_path: str = ""
+    save_dir: str = "proc_data/example"
+    use_tpu: bool = True
+    bsz_per_host: int = 32
+    num_core_per_host: int = 8
+    seq_len: int = 512
+    reuse_len: int = 256
+    uncased: bool = True
+    bi_data: bool = True
+    mask_alpha: int = 6
+    mask_beta: int = 1
+    use_eod: bool = True
+    from_raw_text: bool = True
+    num_predict: int = 85
+    split: str = "train"
+    pass_id: int = 0
+    num_passes: Optional[int] = None  # None: only `pass_id`; N: passes 0..N-1
+    num_task: int = 1
+    task: Optional[int] = None  # None: every task of `num_task`
+    span_unit: str = "piece"
+    strict: bool = False  # invalid UTF-8 stops the run instead of being replaced
+
+    @property
+    def num_core(self) -> int:
+        """Cores the rows are laid out for; the original forces 1 without a TPU."""
+        return self.num_core_per_host if self.use_tpu else 1
+
+    @property
+    def tot_len(self) -> int:
+        """Room for A and B: seq_len minus the memory part, two <sep> and one <cls>."""
+        return self.seq_len - self.reuse_len - 3
+
+    @property
+    def num_predict_parts(self):
+        """Mask goals of the memory part and of the A/B part (the original's split)."""
+        second = self.num_predict // 2
+        return self.num_predict - second, second
+
+    @property
+    def tasks(self):
+        return list(range(self.num_task)) if self.task is None else [self.task]
+
+    @property
+    def pass_ids(self):
+        return [self.pass_id] if self.num_passes is None else list(range(self.num_passes))
+
+    def validate(self) -> "CreateConfig":
+        """Raises ConfigError with a one-line explanation for a combination the layout cannot use."""
+        positive = ("bsz_per_host", "num_core_per_host", "seq_len", "reuse_len", "mask_alpha", "mask_beta",
+                    "num_task")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name}={getattr(self, name)} must be at least 1")
+        if self.num_predict < 0:
+            raise ConfigError(f"--num_predict={self.num_predict} must not be negative")
+        if self.pass_id < 0:
+            raise ConfigError(f"--pass_id={self.pass_id} must not be negative")
+        if self.num_passes is not None and self.num_passes < 1:
+            raise ConfigError(f"--num_passes={self.num_passes} must be at least 1")
+        if self.task is not None and not 0 <= self.task < self.num_task:
+            raise ConfigError(f"--task={self.task} must be in [0, --num_task={self.num_task})")
+        if self.split not in SPLITS:
+            raise ConfigError(f"--split={self.split} must be one of {', '.join(SPLITS)}")
+        if self.span_unit not in SPAN_UNITS:
+            raise ConfigError(f"--span_unit={self.span_unit} must be one of {', '.join(SPAN_UNITS)}")
+        if self.tot_len < 1:
+            raise ConfigError(
+                f"--reuse_len={self.reuse_len} must be less than --seq_len - 3 = {self.seq_len - 3} "
+                "(room is needed for A, B, two <sep> and <cls>)")
+        rows_per_core = 2 if self.bi_data else 1
+        if self.bsz_per_host % (rows_per_core * self.num_core):
+            layout = "2 * num_core_per_host (bi_data)" if self.bi_data else "num_core_per_host"
+            raise ConfigError(
+                f"--bsz_per_host={self.bsz_per_host} must be divisible by {layout} = "
+                f"{rows_per_core * self.num_core}")
+        if self.mask_alpha < self.mask_beta:
+            raise ConfigError(
+                f"--mask_alpha={self.mask_alpha} must be >= --mask_beta={self.mask_beta} "
+                "(about mask_beta of every mask_alpha tokens are masked)")
+        goal_mem, goal_ab = self.num_predict_parts
+        if goal_mem > self.reuse_len or goal_ab > self.seq_len - self.reuse_len:
+            raise ConfigError(
+                f"--num_predict={self.num_predict} does not fit: {goal_mem} masks in the memory part of "
+                f"{self.reuse_len} tokens and {goal_ab} in the A/B part of {self.seq_len - self.reuse_len}")
+        return self

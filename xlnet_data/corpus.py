@@ -1,0 +1,188 @@
+"""Corpus files to one task's token stream: ids, sentence flags, task split, shard order and flag flip."""
+
+import dataclasses
+import logging
+from typing import Callable, List, Optional
+
+import numpy as np
+
+from xlnet_data import fileio
+from xlnet_data.text import Encoder, preprocess_text
+from xlnet_data.vocab import EOD_ID
+
+log = logging.getLogger("xlnet_data")
+
+READ_BLOCK_BYTES = 8 << 20   # bytes read at a time; lines are cut at b"\n" only, as tf.gfile does
+ENCODE_BATCH_LINES = 4096     # lines handed to SentencePiece in one call
+LONG_LINE_CHARS = 100_000     # a line this long is surely not one sentence: warn once per file
+
+
+class InputError(ValueError):
+    """An input file the run cannot use; the message names the file (and line)."""
+
+
+@dataclasses.dataclass
+class FileStats:
+    lines: int = 0
+    tokens: int = 0
+    invalid_utf8_lines: int = 0
+    long_lines: int = 0
+
+
+@dataclasses.dataclass
+class Shard:
+    """One file's token stream, held as int32/bool chunks so that no copy of the whole file is made."""
+    path: str
+    ids: List[np.ndarray]
+    sent_ids: List[np.ndarray]
+    stats: FileStats
+
+    @property
+    def num_tokens(self):
+        return self.stats.tokens
+
+
+def task_files(paths, task, num_task):
+    """The files of one task: the sorted list taken interleaved, as the original splits work."""
+    return sorted(paths)[task::num_task]
+
+
+def _lines(path, stats, strict):
+    """(line number, decoded line) of a file, split at b"\\n" only; invalid UTF-8 is replaced (or fatal
+    when strict)."""
+    rest = b""
+    with fileio.open_read(path) as f:
+        while True:
+            block = f.read(READ_BLOCK_BYTES)
+            if not block:
+                break
+            block = rest + block
+            cut = block.rfind(b"\n") + 1
+            rest = block[cut:]
+            first = stats.lines + 1
+            yield from enumerate(_decode_lines(path, block[:cut].split(b"\n")[:-1], stats, strict), first)
+    if rest:
+        first = stats.lines + 1
+        yield from enumerate(_decode_lines(path, [rest], stats, strict), first)
+
+
+def _decode_lines(path, raw_lines, stats, strict):
+    first_line = stats.lines + 1
+    stats.lines += len(raw_lines)
+    try:
+        return b"\n".join(raw_lines).decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        pass
+    lines = []
+    for number, raw in enumerate(raw_lines, first_line):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            if strict:
+                raise InputError(f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start}); "
+                                 "fix the file or drop --strict to replace bad bytes") from None
+            stats.invalid_utf8_lines += 1
+            lines.append(raw.decode("utf-8", errors="replace"))
+    return lines
+
+
+def _parse_ids(path, number, line, vocab_size):
+    try:
+        ids = [int(tok) for tok in line.split()]
+    except ValueError:
+        bad = next(tok for tok in line.split() if not tok.lstrip("+-").isdigit())
+        raise InputError(f"{path}:{number}: {bad!r} is not an integer id "
+                         "(with --from_raw_text=False every line holds whitespace-separated ids)") from None
+    if ids and not all(0 <= i < vocab_size for i in ids):
+        bad = next(i for i in ids if not 0 <= i < vocab_size)
+        raise InputError(f"{path}:{number}: id {bad} is outside the SentencePiece vocabulary [0, {vocab_size})")
+    return ids
+
+
+def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab_size, strict=False,
+               on_progress: Optional[Callable[[int, int], None]] = None):
+    """Reads one file into a Shard, or None when it has no lines or no ids (the original skips the former
+    and crashes on the latter).
+
+    Flags start True and flip after every line; a blank line with `use_eod` becomes <eod>, flipped
+    before and after, so it carries the flag opposite to the sentence that follows it.
+    """
+    stats = FileStats()
+    ids_chunks, flag_chunks = [], []
+    sent_id = True
+    batch = []
+
+    def flush():
+        nonlocal sent_id
+        is_text = np.array([bool(kind) for kind, _ in batch], dtype=bool)
+        if from_raw_text:
+            texts = [text for kind, text in batch if kind]
+            text_ids, text_lengths = encoder.encode_batch(texts) if texts else (np.zeros(0, np.int32), [])
+            lengths = np.ones(len(batch), dtype=np.int64)
+            lengths[is_text] = text_lengths
+            ids = np.full(int(lengths.sum()), EOD_ID, dtype=np.int32)
+            # Scatter the encoded texts between the <eod>s of the blank lines.
+            ids[np.repeat(is_text, lengths)] = text_ids
+        else:
+            lists = [text if kind else [EOD_ID] for kind, text in batch]
+            lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+            ids = np.fromiter((i for l in lists for i in l), dtype=np.int32, count=int(lengths.sum()))
+        flips_before = np.cumsum(is_text) - is_text
+        flags = (np.bool_(sent_id) ^ (flips_before & 1).astype(bool)) ^ ~is_text
+        if ids.size:
+            ids_chunks.append(ids)
+            flag_chunks.append(np.repeat(flags, lengths))
+            stats.tokens += int(ids.size)
+        sent_id = bool(sent_id ^ (int(is_text.sum()) & 1))
+        if on_progress:
+            on_progress(len(batch), int(ids.size))
+        batch.clear()
+
+    warned_long = False
+    for number, line in _lines(path, stats, strict):
+        stripped = line.strip()
+        if not stripped:
+            if use_eod:
+                batch.append((False, None))
+        else:
+            if len(stripped) > LONG_LINE_CHARS:
+                stats.long_lines += 1
+                if not warned_long:
+                    log.warning("%s: a line of %d characters (kept; is the file one sentence per line?)",
+                                path, len(stripped))
+                    warned_long = True
+            if from_raw_text:
+                batch.append((True, preprocess_text(stripped, uncased)))
+            else:
+                batch.append((True, _parse_ids(path, number, stripped, vocab_size)))
+        if len(batch) >= ENCODE_BATCH_LINES:
+            flush()
+    if batch:
+        flush()
+    if stats.tokens == 0:
+        return None
+    return Shard(path, ids_chunks, flag_chunks, stats)
+
+
+def concatenate_shards(shards, order):
+    """One stream from the shards in `order`; a shard whose first flag equals the previous shard's last
+    flag is inverted whole, so that a sentence boundary always falls between two files.
+
+    The chunks are copied into one preallocated array and released as they go, so the stream is
+    never held twice.
+    """
+    total = sum(shards[i].num_tokens for i in order)
+    ids = np.empty(total, dtype=np.int32)
+    sent_ids = np.empty(total, dtype=bool)
+    pos, prev_last = 0, None
+    for i in order:
+        shard = shards[i]
+        flip = prev_last is not None and bool(shard.sent_ids[0][0]) == prev_last
+        while shard.ids:
+            chunk_ids, chunk_flags = shard.ids.pop(0), shard.sent_ids.pop(0)
+            end = pos + chunk_ids.size
+            ids[pos:end] = chunk_ids
+            np.logical_xor(chunk_flags, flip, out=sent_ids[pos:end])
+            pos = end
+        prev_last = bool(sent_ids[pos - 1])
+    return ids, sent_ids

@@ -1,0 +1,218 @@
+"""One (task, pass) unit of `create`: files → stream → rows → A/B pairs + masks → records.
+
+The per-example loop (pairing, masking, serialisation) runs in compiled code over chunks of steps;
+the random streams are the original's (numpy's legacy generator for the file order and the masks,
+Python's `random` for A/B), seeded with 100 * task + pass_id, so the records are the original's.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from typing import Callable, Optional
+
+import numba
+import numpy as np
+
+from xlnet_data import corpus, fileio, layout, records, rng
+from xlnet_data.config import CreateConfig
+from xlnet_data.masking import ngram_cdf, sample_mask
+from xlnet_data.pairing import new_cut_points, split_a_and_b
+from xlnet_data.text import Encoder
+from xlnet_data.vocab import CLS_ID, SEP_ID, start_piece_table
+
+log = logging.getLogger("xlnet_data")
+
+CHUNK_BYTES = 16 << 20  # serialised records buffered between writes
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    task: int
+    pass_id: int
+
+    @property
+    def seed(self):
+        return 100 * self.task + self.pass_id
+
+
+@dataclasses.dataclass
+class UnitResult:
+    unit: Unit
+    files: int = 0
+    lines: int = 0
+    tokens: int = 0
+    records: int = 0
+    num_batch: int = 0
+    dropped_tokens: int = 0
+    invalid_utf8_lines: int = 0
+    seconds: float = 0.0
+    record_path: Optional[str] = None
+    skipped: str = ""  # why nothing was written, if so
+
+
+def plan_units(config: CreateConfig):
+    return [Unit(task, pass_id) for task in config.tasks for pass_id in config.pass_ids]
+
+
+def record_paths(config: CreateConfig, unit: Unit):
+    """(tfrecords path, record_info path) of a unit, named as the original names them."""
+    tfrecord_dir = os.path.join(config.save_dir, "tfrecords")
+    name_args = dict(bsz_per_host=config.bsz_per_host, seq_len=config.seq_len, bi_data=config.bi_data,
+                     mask_alpha=config.mask_alpha, mask_beta=config.mask_beta, reuse_len=config.reuse_len,
+                     uncased=config.uncased, fixed_num_predict=config.num_predict)
+    basename = f"{config.split}-{unit.task}-{unit.pass_id}"
+    return (os.path.join(tfrecord_dir, records.format_filename(basename, suffix="tfrecords", **name_args)),
+            os.path.join(tfrecord_dir, records.format_filename(f"record_info-{basename}", suffix="json",
+                                                               **name_args)))
+
+
+def corpus_info(config: CreateConfig, vocab_size):
+    """corpus_info.json's content, in the original's key order; vocab_size is the model's real size."""
+    return {
+        "vocab_size": vocab_size, "bsz_per_host": config.bsz_per_host, "num_core_per_host": config.num_core,
+        "seq_len": config.seq_len, "reuse_len": config.reuse_len, "uncased": config.uncased,
+        "bi_data": config.bi_data, "mask_alpha": config.mask_alpha, "mask_beta": config.mask_beta,
+        "num_predict": config.num_predict, "use_eod": config.use_eod, "sp_path": config.sp_path,
+        "input_glob": config.input_glob,
+    }
+
+
+def read_task_stream(config: CreateConfig, files, sp, result: UnitResult, on_progress=None):
+    """The unit's token stream: its files encoded, ordered by the seeded permutation, flags flipped.
+
+    Returns (ids, sent_ids, numpy RandomState positioned after the permutation draw).
+    """
+    encoder = Encoder(sp) if config.from_raw_text else None
+    shards = []
+    for path in files:
+        shard = corpus.read_shard(path, encoder, from_raw_text=config.from_raw_text, uncased=config.uncased,
+                                  use_eod=config.use_eod, vocab_size=sp.get_piece_size(),
+                                  strict=config.strict, on_progress=on_progress)
+        if shard is None:
+            log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)
+            continue
+        shards.append(shard)
+        result.files += 1
+        result.lines += shard.stats.lines
+        result.invalid_utf8_lines += shard.stats.invalid_utf8_lines
+    random_state = np.random.RandomState(result.unit.seed)
+    order = random_state.permutation(len(shards))
+    ids, sent_ids = corpus.concatenate_shards(shards, order)
+    result.tokens = int(ids.size)
+    return ids, sent_ids, random_state
+
+
+@numba.njit(cache=True)
+def _write_steps(data, sent_ids, source, reverse, first_step, max_steps, seq_len, reuse_len, goal_mem,
+                 goal_ab, mask_alpha, mask_beta, word_spans, is_start, cdf, np_mt, py_mt, cut_points,
+                 keys, key_lengths, crc_table, buf):
+    """Serialises up to `max_steps` steps (one example per row each) from step `first_step` into `buf`.
+
+    Returns (steps written, bytes written, done). `done` is True once the rows are used up or a row
+    cannot give A/B any more; the original drops that whole step and stops there.
+    """
+    bsz = source.shape[0]
+    row_len = data.shape[1]
+    tot_len = seq_len - reuse_len - 3
+    values = np.zeros((5, seq_len), dtype=np.int64)
+    lengths = np.array([seq_len, seq_len, seq_len, seq_len, 1], dtype=np.int64)
+    mask = np.zeros(seq_len, dtype=np.bool_)
+    pos = 0
+    for step in range(max_steps):
+        i = (first_step + step) * reuse_len
+        if i + seq_len > row_len:
+            return step, pos, True
+        step_start = pos
+        for r in range(bsz):
+            direction = -1 if reverse[r] else 1
+            row = data[source[r]][::direction]
+            row_sent_ids = sent_ids[source[r]][::direction]
+            ok, a_begin, a_end, b_begin, b_end, label = split_a_and_b(
+                row, row_sent_ids, i + reuse_len, tot_len, py_mt, cut_points)
+            if not ok:
+                return step, step_start, True
+            inp, tgt, seg = values[0], values[2], values[3]
+            n = 0
+            for k in range(i, i + reuse_len):
+                inp[n], tgt[n], seg[n] = row[k], row[k + 1], 0
+                n += 1
+            for k in range(a_begin, a_end):
+                inp[n], tgt[n], seg[n] = row[k], row[k + 1], 0
+                n += 1
+            inp[n], tgt[n], seg[n] = SEP_ID, row[b_begin], 0
+            n += 1
+            for k in range(b_begin, b_end):
+                inp[n], tgt[n], seg[n] = row[k], row[k + 1], 1
+                n += 1
+            inp[n], tgt[n], seg[n] = SEP_ID, CLS_ID, 1
+            inp[n + 1], tgt[n + 1], seg[n + 1] = CLS_ID, CLS_ID, 2
+
+            mask[:] = False
+            mem, ab = inp[:reuse_len], inp[reuse_len:]
+            mask_mem, mask_ab = mask[:reuse_len], mask[reuse_len:]
+            sample_mask(mem[::direction], mask_mem[::direction], is_start, goal_mem, mask_alpha, mask_beta,
+                        cdf, np_mt, word_spans)
+            sample_mask(ab[::direction], mask_ab[::direction], is_start, goal_ab, mask_alpha, mask_beta,
+                        cdf, np_mt, word_spans)
+            for k in range(seq_len):
+                values[1, k] = mask[k]
+            values[4, 0] = label
+            pos = records.put_record(buf, pos, values, lengths, keys, key_lengths, crc_table)
+    return max_steps, pos, False
+
+
+def write_unit_records(config: CreateConfig, rows: layout.Rows, is_start, np_mt, py_mt, out,
+                       on_steps: Optional[Callable[[int], None]] = None):
+    """Writes the unit's records to the binary file `out`; returns the number of batches (steps)."""
+    goal_mem, goal_ab = config.num_predict_parts
+    bsz = rows.source.shape[0]
+    steps_per_chunk = max(1, CHUNK_BYTES // (bsz * records.max_record_bytes(config.seq_len)))
+    buf = np.empty(steps_per_chunk * bsz * records.max_record_bytes(config.seq_len), dtype=np.uint8)
+    cdf, cut_points = ngram_cdf(), new_cut_points(config.tot_len)
+    num_batch, done = 0, False
+    while not done:
+        steps, nbytes, done = _write_steps(
+            rows.data, rows.sent_ids, rows.source, rows.reverse, num_batch, steps_per_chunk, config.seq_len,
+            config.reuse_len, goal_mem, goal_ab, config.mask_alpha, config.mask_beta,
+            config.span_unit == "word", is_start, cdf, np_mt, py_mt, cut_points, records.FEATURE_KEYS,
+            records.FEATURE_KEY_LENGTHS, records.CRC32C_TABLE, buf)
+        out.write(buf[:nbytes].data)
+        num_batch += steps
+        if on_steps:
+            on_steps(steps)
+    return num_batch
+
+
+class _NoBatches(Exception):
+    """Raised inside the atomic write so that no empty tfrecords file is left behind."""
+
+
+def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None) -> UnitResult:
+    """Creates one unit's tfrecords and then its record_info JSON (last, so it marks completion)."""
+    start = time.time()
+    result = UnitResult(unit)
+    ids, sent_ids, random_state = read_task_stream(config, files, sp, result, on_progress)
+    rows = layout.layout_rows(ids, sent_ids, config.bsz_per_host, config.num_core, config.bi_data)
+    record_path, info_path = record_paths(config, unit)
+    try:
+        with fileio.atomic_write(record_path) as out:
+            num_batch = write_unit_records(config, rows, start_piece_table(sp), rng.numpy_state(random_state),
+                                           rng.python_state(unit.seed), out)
+            if num_batch == 0:
+                raise _NoBatches
+    except _NoBatches:
+        need = (config.seq_len + config.reuse_len) * rows.data.shape[0]
+        result.skipped = (f"task {unit.task} has {result.tokens} tokens, too few for one batch "
+                          f"(about {need} are needed: bsz_per_host rows of seq_len + reuse_len); nothing written")
+        result.seconds = time.time() - start
+        return result
+    info = {"filenames": [record_path], "num_batch": num_batch}
+    fileio.write_text_atomic(info_path, json.dumps(info))
+    result.num_batch = num_batch
+    result.records = num_batch * config.bsz_per_host
+    result.dropped_tokens = result.tokens - num_batch * config.reuse_len * rows.data.shape[0]
+    result.record_path = record_path
+    result.seconds = time.time() - start
+    return result

@@ -1,0 +1,95 @@
+"""MT19937 in compiled code, drawing exactly what numpy's legacy RandomState and Python's `random` draw.
+
+The original draws masks from numpy's global generator and A/B decisions from Python's `random`;
+both are MT19937. Seeding stays with the libraries (`RandomState(s)`, `random.Random(s)`); their state
+is copied into an int64 array of 625 slots (624 words, then the position) that the compiled
+pairing and masking code advances, and that can be read back.
+"""
+
+import random
+
+import numba
+import numpy as np
+
+_N, _M = 624, 397
+
+
+def numpy_state(random_state):
+    """A state array continuing `random_state` (a numpy RandomState)."""
+    _, key, pos, _, _ = random_state.get_state(legacy=True)
+    return np.append(key.astype(np.int64), pos)
+
+
+def python_state(seed):
+    """A state array equal to `random.seed(seed)`'s generator."""
+    return np.array(random.Random(seed).getstate()[1], dtype=np.int64)
+
+
+@numba.njit(cache=True)
+def _twist(mt):
+    for i in range(_N):
+        y = (mt[i] & 0x80000000) | (mt[(i + 1) % _N] & 0x7FFFFFFF)
+        v = mt[(i + _M) % _N] ^ (y >> 1)
+        if y & 1:
+            v ^= 0x9908B0DF
+        mt[i] = v
+    mt[_N] = 0
+
+
+@numba.njit(cache=True)
+def next_uint32(mt):
+    if mt[_N] >= _N:
+        _twist(mt)
+    y = mt[mt[_N]]
+    mt[_N] += 1
+    y ^= y >> 11
+    y ^= (y << 7) & 0x9D2C5680
+    y ^= (y << 15) & 0xEFC60000
+    y ^= y >> 18
+    return y & 0xFFFFFFFF
+
+
+@numba.njit(cache=True)
+def next_double(mt):
+    """numpy's random_sample() and Python's random.random(): 53 bits from two words."""
+    a = next_uint32(mt) >> 5
+    b = next_uint32(mt) >> 6
+    return (a * 67108864.0 + b) / 9007199254740992.0
+
+
+@numba.njit(cache=True)
+def numpy_randint(mt, n):
+    """numpy legacy `randint(0, n)` (also `choice(n)`), 1 <= n <= 2**32: masked rejection, no draw for n == 1."""
+    rng = n - 1
+    if rng == 0:
+        return 0
+    mask = rng
+    for shift in (1, 2, 4, 8, 16):
+        mask |= mask >> shift
+    while True:
+        val = next_uint32(mt) & mask
+        if val <= rng:
+            return val
+
+
+@numba.njit(cache=True)
+def _bit_length(n):
+    k = 0
+    while n:
+        n >>= 1
+        k += 1
+    return k
+
+
+@numba.njit(cache=True)
+def python_randbelow(mt, n):
+    """Python's `Random._randbelow(n)` for 1 <= n < 2**63: getrandbits(n.bit_length()) until below n."""
+    k = _bit_length(n)
+    while True:
+        if k <= 32:
+            r = next_uint32(mt) >> (32 - k)
+        else:  # getrandbits fills 32-bit words from the least significant end
+            low = next_uint32(mt)
+            r = low | ((next_uint32(mt) >> (64 - k)) << 32)
+        if r < n:
+            return r

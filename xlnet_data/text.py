@@ -1,0 +1,68 @@
+"""Text to ids: the original's normalisation, SentencePiece encoding and its digit-comma rule."""
+
+import functools
+import itertools
+import sys
+import unicodedata
+
+import numpy as np
+
+from xlnet_data.vocab import SPIECE_UNDERLINE
+
+
+@functools.lru_cache(maxsize=None)
+def _drop_combining_table():
+    """str.translate table deleting every combining character (what the original drops after NFKD)."""
+    return {c: None for c in range(sys.maxunicode + 1) if unicodedata.combining(chr(c))}
+
+
+def preprocess_text(line, lower):
+    """The original's `preprocess_text`: collapse whitespace, `` and '' to ", NFKD without accents, lower."""
+    text = " ".join(line.split()).replace("``", '"').replace("''", '"')
+    if not text.isascii():  # NFKD and the accent removal are identities on ASCII
+        text = unicodedata.normalize("NFKD", text).translate(_drop_combining_table())
+    return text.lower() if lower else text
+
+
+def _split_digit_comma(sp, piece):
+    """A piece like `▁1990,` becomes the pieces of `1990` followed by `,` (the original's encode_pieces)."""
+    pieces = sp.encode(piece[:-1].replace(SPIECE_UNDERLINE, ""), out_type=str)
+    if piece[0] != SPIECE_UNDERLINE and pieces and pieces[0][0] == SPIECE_UNDERLINE:
+        pieces = pieces[1:] if len(pieces[0]) == 1 else [pieces[0][1:]] + pieces[1:]
+    return pieces + [piece[-1]]
+
+
+class Encoder:
+    """Encodes batches of normalised lines to ids exactly as the original's `encode_ids` does, one by one."""
+
+    def __init__(self, sp):
+        self._sp = sp
+        pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+        # Ids whose piece triggers the digit-comma rule; lines holding none take the fast batched path.
+        self._digit_comma = np.array(
+            [len(p) > 1 and p[-1] == "," and p[-2].isdigit() for p in pieces], dtype=bool)
+
+    def encode_original(self, text):
+        """One line through the piece-level path, as the original writes it."""
+        ids = []
+        for piece in self._sp.encode(text, out_type=str):
+            if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
+                ids.extend(self._sp.piece_to_id(p) for p in _split_digit_comma(self._sp, piece))
+            else:
+                ids.append(self._sp.piece_to_id(piece))
+        return ids
+
+    def encode_batch(self, texts):
+        """Ids of each text as one flat int32 array, and the number of ids of each text."""
+        encoded = self._sp.encode(texts, out_type=int)
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=int(lengths.sum()))
+        hits = self._digit_comma[flat]
+        if hits.any():
+            starts = np.concatenate([[0], np.cumsum(lengths)])
+            lines = np.unique(np.searchsorted(starts, np.flatnonzero(hits), side="right") - 1)
+            for line in lines:
+                encoded[line] = self.encode_original(texts[line])
+            lengths[lines] = [len(encoded[line]) for line in lines]
+            flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=int(lengths.sum()))
+        return flat, lengths
