@@ -1,0 +1,157 @@
+"""xlnet_data.spm_train: a SentencePiece model with XLNet's special ids, trained on sample_corpus/."""
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+import sentencepiece as spm
+
+from xlnet_data import spm_train, vocab
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(REPO, "sample_corpus")
+CORPUS_FILES = tuple(sorted(glob.glob(os.path.join(CORPUS, "*.txt"))))
+
+
+def _cli(*args):
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "xlnet_data.spm_train", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    prefix = str(tmp_path_factory.mktemp("spm") / "sample.v1000")
+    config = spm_train.SpmTrainConfig(input_files=CORPUS_FILES, model_prefix=prefix, vocab_size=1000,
+                                      num_threads=2)
+    return spm_train.train_sentencepiece(config)
+
+
+def test_sample_corpus_is_in_xlnet_input_format():
+    assert len(CORPUS_FILES) >= 3
+    total = 0
+    for path in CORPUS_FILES:
+        with open(path, "rb") as f:
+            data = f.read()
+        total += len(data)
+        text = data.decode("utf-8")
+        assert text.endswith("\n\n"), path  # every document, the last one too, ends with an empty line
+        assert "\n\n\n" not in text and not text.startswith("\n"), path
+        lines = text.split("\n")[:-1]
+        assert all(line == line.strip() for line in lines), path
+        # <eop> only glued to the end of a paragraph's last sentence, never alone on a line.
+        assert all("<eop>" not in line[:-5] for line in lines), path
+        assert "<eop>" not in lines, path
+        assert any(line.endswith("<eop>") for line in lines), path
+    assert 300_000 <= total <= 600_000
+
+
+def test_special_ids_are_xlnets(model_path):
+    sp = spm.SentencePieceProcessor(model_file=model_path)
+    assert sp.get_piece_size() == 1000
+    assert vocab.special_id_mismatches(sp) == []
+    assert [sp.id_to_piece(i) for i in range(9)] == list(vocab.SPECIAL_SYMBOLS)
+    assert all(sp.is_control(i) for i in range(3, 8))
+    # The loader the rest of the package uses accepts it.
+    assert vocab.load_sentencepiece(model_path).get_piece_size() == 1000
+
+
+def test_eop_glued_to_a_sentence_is_one_piece(model_path):
+    sp = spm.SentencePieceProcessor(model_file=model_path)
+    line = "That was the end of the paragraph.<eop>"
+    ids = sp.encode(line)
+    assert ids[-1] == vocab.EOP_ID == 8
+    assert ids.count(vocab.EOP_ID) == 1
+    assert sp.encode(line, out_type=str)[-1] == "<eop>"
+    assert sp.decode(ids) == line
+    # The accented (Spanish) file is covered too.
+    assert vocab.UNK_ID not in sp.encode("Y hubo una voz de los cielos que decía: Tú eres mi Hijo amado.")
+
+
+def test_model_with_wrong_special_ids_is_reported(tmp_path):
+    prefix = str(tmp_path / "plain")
+    # Plain SentencePiece defaults: no XLNet control or user-defined symbols.
+    spm.SentencePieceTrainer.train(input=CORPUS_FILES[0], model_prefix=prefix, vocab_size=300,
+                                   num_threads=2, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
+    wrong = vocab.special_id_mismatches(sp)
+    assert any(w.startswith("<cls>=") for w in wrong)
+    assert any(w.startswith("<eop>=") for w in wrong)
+    assert not any(w.startswith("<unk>=") for w in wrong)
+    with pytest.raises(spm_train.SpmTrainError, match="special ids"):
+        spm_train.verify_model(prefix + ".model")
+    with pytest.raises(vocab.VocabError, match="special ids"):
+        vocab.load_sentencepiece(prefix + ".model")
+
+
+def test_too_large_vocab_names_the_largest_that_works(tmp_path):
+    config = spm_train.SpmTrainConfig(input_files=CORPUS_FILES[:1], model_prefix=str(tmp_path / "big"),
+                                      vocab_size=32000, num_threads=2)
+    with pytest.raises(spm_train.SpmTrainError) as info:
+        spm_train.train_sentencepiece(config)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "too large for this corpus" in message and "--vocab_size=" in message
+    largest = int(message.split("--vocab_size=")[1].split()[0])
+    assert 17 < largest < 32000
+    # --nohard_vocab_limit turns the size into a bound and trains what the corpus allows.
+    soft = spm_train.train_sentencepiece(
+        spm_train.SpmTrainConfig(input_files=CORPUS_FILES[:1], model_prefix=str(tmp_path / "soft"),
+                                 vocab_size=32000, hard_vocab_limit=False, num_threads=2))
+    assert spm.SentencePieceProcessor(model_file=soft).get_piece_size() == largest
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"model_type": "word"}, "model_type"),
+    ({"vocab_size": 10}, "vocab_size must be more than 17"),
+    ({"character_coverage": 0.0}, "character_coverage"),
+    ({"input_files": ()}, "no input files"),
+    ({"input_files": ("/nonexistent/corpus.txt",)}, "no such input file"),
+])
+def test_bad_config_is_rejected_before_training(tmp_path, change, match):
+    fields = dict(input_files=CORPUS_FILES[:1], model_prefix=str(tmp_path / "m"), vocab_size=500)
+    fields.update(change)
+    with pytest.raises(spm_train.SpmTrainError, match=match):
+        spm_train.train_sentencepiece(spm_train.SpmTrainConfig(**fields))
+    assert not os.path.exists(tmp_path / "m.model")
+
+
+def test_expand_inputs(tmp_path):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("one\n")
+    b.write_text("two\n")
+    assert spm_train.expand_inputs(f"{b},{tmp_path}/*.txt") == (str(b), str(a))
+    with pytest.raises(spm_train.SpmTrainError, match="no file matches"):
+        spm_train.expand_inputs(f"{tmp_path}/*.md")
+    with pytest.raises(spm_train.SpmTrainError, match="is a directory"):
+        spm_train.expand_inputs(str(tmp_path))
+    with pytest.raises(spm_train.SpmTrainError, match="required"):
+        spm_train.expand_inputs(" , ")
+
+
+def test_cli_no_matching_input_fails_with_one_line(tmp_path):
+    result = _cli(f"--input={tmp_path}/missing-*.txt", f"--model_prefix={tmp_path}/m")
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "no file matches" in lines[0] and "Traceback" not in result.stderr
+    assert not os.path.exists(tmp_path / "m.model")
+
+
+def test_cli_trains_and_reports(tmp_path):
+    prefix = tmp_path / "out" / "cli"
+    result = _cli(f"--input={CORPUS_FILES[0]},{CORPUS_FILES[-1]}", f"--model_prefix={prefix}",
+                  "--vocab_size=500", "--num_threads=2")
+    assert result.returncode == 0, result.stderr
+    assert "500 pieces" in result.stdout
+    assert vocab.special_id_mismatches(spm.SentencePieceProcessor(model_file=f"{prefix}.model")) == []
+
+
+def test_cli_help_explains_each_flag():
+    result = _cli("--help")  # absl exits 1 after printing help
+    assert "Traceback" not in result.stderr
+    for flag in ("input", "model_prefix", "vocab_size", "model_type", "character_coverage",
+                 "input_sentence_size", "shuffle_input_sentence", "hard_vocab_limit", "num_threads"):
+        assert f"--{flag}:" in result.stdout or f"--[no]{flag}:" in result.stdout, flag

@@ -1,0 +1,292 @@
+"""Trains a SentencePiece model with XLNet's special symbols and checks their ids.
+
+The original README's recipe, as one command:
+
+  python -m xlnet_data.spm_train --input='corpus/*.txt' --model_prefix=sp10m.cased.v3
+
+which runs SentencePiece with
+
+  --vocab_size=32000 --character_coverage=0.99995 --model_type=unigram
+  --control_symbols=<cls>,<sep>,<pad>,<mask>,<eod>
+  --user_defined_symbols=<eop>,.,(,),",-,–,£,€
+  --shuffle_input_sentence --input_sentence_size=10000000
+
+and then checks that the model gives <unk>=0 <s>=1 </s>=2 <cls>=3 <sep>=4 <pad>=5 <mask>=6
+<eod>=7 <eop>=8, and that `<eop>` glued to the end of a sentence comes out as its own id 8.
+A small corpus cannot fill 32000 pieces: pass a smaller --vocab_size (the error says how
+small) or --nohard_vocab_limit.
+"""
+
+import dataclasses
+import glob
+import os
+import re
+import sys
+import time
+
+import sentencepiece as spm
+
+from xlnet_data import vocab
+
+# The original README's spm_train symbols. Control symbols take ids 3..7 after
+# <unk>, <s>, </s>; user-defined ones follow, so <eop> gets 8.
+CONTROL_SYMBOLS = ("<cls>", "<sep>", "<pad>", "<mask>", "<eod>")
+USER_DEFINED_SYMBOLS = ("<eop>", ".", "(", ")", '"', "-", "\u2013", "\u00a3", "\u20ac")
+# `word` is left out: a word model keeps `<eop>` glued to the word before it
+# (`end.<eop>` is one piece), so the paragraph ends in XLNet's input would be lost.
+MODEL_TYPES = ("unigram", "bpe", "char")
+
+_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
+_TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+class SpmTrainError(ValueError):
+    """Training could not start or finish, or the model is not XLNet-compatible."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SpmTrainConfig:
+    """What to train; the defaults are the original README's recipe."""
+
+    input_files: tuple
+    model_prefix: str
+    vocab_size: int = 32000
+    model_type: str = "unigram"
+    character_coverage: float = 0.99995
+    input_sentence_size: int = 10_000_000
+    shuffle_input_sentence: bool = True
+    hard_vocab_limit: bool = True
+    num_threads: int = 16
+    verbose: bool = False
+
+    def __post_init__(self):
+        files = self.input_files
+        files = (files,) if isinstance(files, (str, os.PathLike)) else tuple(files)
+        object.__setattr__(self, "input_files", tuple(os.fspath(f) for f in files))
+        object.__setattr__(self, "model_prefix", os.fspath(self.model_prefix))
+
+
+def expand_inputs(spec):
+    """Files named by a comma-separated list of paths and globs, in the order given, each once."""
+    files = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        if glob.has_magic(part):
+            matched = sorted(p for p in glob.glob(part) if os.path.isfile(p))
+            if not matched:
+                raise SpmTrainError(f"--input: no file matches {part}")
+        elif os.path.isdir(part):
+            raise SpmTrainError(f"--input: {part} is a directory; name its files, e.g. {os.path.join(part, '*.txt')}")
+        elif os.path.isfile(part):
+            matched = [part]
+        else:
+            raise SpmTrainError(f"--input: no such file: {part}")
+        files.extend(p for p in matched if p not in files)
+    if not files:
+        raise SpmTrainError("--input is required: text files, one sentence per line (comma-separated paths or globs)")
+    return tuple(files)
+
+
+def _validate(config):
+    if not config.input_files:
+        raise SpmTrainError("no input files")
+    for path in config.input_files:
+        if not os.path.isfile(path):
+            raise SpmTrainError(f"no such input file: {path}")
+    if config.model_type not in MODEL_TYPES:
+        why = (" (a word model keeps <eop> glued to the word before it, losing the paragraph ends)"
+               if config.model_type == "word" else "")
+        raise SpmTrainError(f"model_type must be one of {', '.join(MODEL_TYPES)}, not {config.model_type!r}{why}")
+    least = len(vocab.SPECIAL_SYMBOLS) + len(USER_DEFINED_SYMBOLS) - 1
+    if config.vocab_size <= least:
+        raise SpmTrainError(f"vocab_size must be more than {least} (the special and user-defined symbols), "
+                            f"not {config.vocab_size}")
+    if not 0.0 < config.character_coverage <= 1.0:
+        raise SpmTrainError(f"character_coverage must be in (0, 1], not {config.character_coverage}")
+    if config.input_sentence_size < 0:
+        raise SpmTrainError(f"input_sentence_size must be >= 0 (0: all lines), not {config.input_sentence_size}")
+    if config.num_threads < 1:
+        raise SpmTrainError(f"num_threads must be >= 1, not {config.num_threads}")
+    if not config.model_prefix or config.model_prefix.endswith(os.sep):
+        raise SpmTrainError(f"model_prefix must name a file prefix, e.g. out/sp10m.cased.v3, not {config.model_prefix!r}")
+
+
+def _prepare_output_dir(model_prefix):
+    out_dir = os.path.dirname(os.path.abspath(model_prefix))
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as err:
+        raise SpmTrainError(f"cannot create the directory for --model_prefix={model_prefix}: "
+                            f"{err.strerror or err}") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise SpmTrainError(f"cannot write the model: directory {out_dir} is not writable")
+
+
+def _explain(err):
+    """One line for a SentencePiece training error."""
+    text = str(err)
+    m = _TOO_HIGH.search(text)
+    if m:
+        return (f"vocab_size {m.group(1)} is too large for this corpus: SentencePiece can make at most "
+                f"{m.group(2)} pieces from it; pass --vocab_size={m.group(2)} or smaller "
+                "(or --nohard_vocab_limit to accept fewer pieces)")
+    m = _TOO_LOW.search(text)
+    if m:
+        return (f"vocab_size {m.group(1)} is too small for this corpus: it needs at least {m.group(2)} pieces "
+                "for its characters and the special symbols; pass a larger --vocab_size or a lower "
+                "--character_coverage")
+    if "!sentences_.empty()" in text:
+        return "the input files contain no text to train on"
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return f"SentencePiece training failed: {first}"
+
+
+def verify_model(path):
+    """Checks a trained model: XLNet's special ids, and `<eop>` glued to a sentence is its own piece."""
+    sp = spm.SentencePieceProcessor()
+    try:
+        sp.load(path)
+    except (OSError, RuntimeError) as err:
+        raise SpmTrainError(f"cannot load the trained model {path}: {str(err).splitlines()[0]}") from None
+    wrong = vocab.special_id_mismatches(sp)
+    if wrong:
+        raise SpmTrainError(f"the trained model {path} does not have XLNet's special ids: {', '.join(wrong)}")
+    ids = sp.encode("the end.<eop>")
+    if not ids or ids[-1] != vocab.EOP_ID or ids.count(vocab.EOP_ID) != 1:
+        raise SpmTrainError(f"the trained model {path} does not encode <eop> after a sentence as id "
+                            f"{vocab.EOP_ID}: {sp.encode('the end.<eop>', out_type=str)}")
+    return sp
+
+
+def train_sentencepiece(config):
+    """Trains `<model_prefix>.model` and `.vocab` as `config` says, checks it; returns the .model path."""
+    _validate(config)
+    _prepare_output_dir(config.model_prefix)
+    try:
+        spm.SentencePieceTrainer.train(
+            input=list(config.input_files),
+            model_prefix=config.model_prefix,
+            vocab_size=config.vocab_size,
+            model_type=config.model_type,
+            character_coverage=config.character_coverage,
+            input_sentence_size=config.input_sentence_size,
+            shuffle_input_sentence=config.shuffle_input_sentence,
+            hard_vocab_limit=config.hard_vocab_limit,
+            num_threads=config.num_threads,
+            control_symbols=list(CONTROL_SYMBOLS),
+            user_defined_symbols=list(USER_DEFINED_SYMBOLS),
+            minloglevel=0 if config.verbose else 1,
+        )
+    except (RuntimeError, OSError) as err:
+        raise SpmTrainError(_explain(err)) from None
+    path = config.model_prefix + ".model"
+    verify_model(path)
+    return path
+
+
+# ---------------------------------------------------------------------------
+# Command line (absl flags live only below this line).
+
+_FLAG_NAMES = ("input", "model_prefix", "vocab_size", "model_type", "character_coverage",
+               "input_sentence_size", "shuffle_input_sentence", "hard_vocab_limit", "num_threads", "verbose")
+
+
+def _define_flags():
+    from absl import flags
+
+    if "model_prefix" in flags.FLAGS:
+        return
+    defaults = SpmTrainConfig(input_files=(), model_prefix="")
+    flags.DEFINE_string(
+        "input", None,
+        "Text files to train on: comma-separated paths and/or globs (quote globs), e.g. "
+        "'corpus/*.txt,extra.txt'. XLNet's input format: one sentence per line, an empty "
+        "line between documents, <eop> glued to the end of a paragraph's last sentence "
+        "(it is a user-defined symbol, so it stays one piece, id 8).")
+    flags.DEFINE_string(
+        "model_prefix", None,
+        "Output prefix: writes PREFIX.model and PREFIX.vocab (missing directories are created), "
+        "e.g. out/sp10m.cased.v3.")
+    flags.DEFINE_integer(
+        "vocab_size", defaults.vocab_size,
+        "Number of pieces, the 9 XLNet special ids and 8 more user-defined symbols included. "
+        "The original's 32000 needs a large corpus; a few hundred KB of text supports a few "
+        "thousand (the error message gives the largest possible).")
+    flags.DEFINE_string(
+        "model_type", defaults.model_type,
+        "SentencePiece model type: unigram (XLNet's), bpe or char. word is not offered: a word "
+        "model keeps <eop> glued to the word before it, so the paragraph ends would be lost.")
+    flags.DEFINE_float(
+        "character_coverage", defaults.character_coverage,
+        "Share of the corpus's characters the vocabulary must cover; rarer characters become "
+        "<unk>. 0.99995 as the original; 1.0 keeps every character.")
+    flags.DEFINE_integer(
+        "input_sentence_size", defaults.input_sentence_size,
+        "At most this many lines (sampled) are used for training; 0 uses all of them.")
+    flags.DEFINE_boolean(
+        "shuffle_input_sentence", defaults.shuffle_input_sentence,
+        "Sample the input_sentence_size lines at random rather than taking the first ones "
+        "(--noshuffle_input_sentence for the first ones).")
+    flags.DEFINE_boolean(
+        "hard_vocab_limit", defaults.hard_vocab_limit,
+        "Fail when the corpus cannot give --vocab_size pieces. --nohard_vocab_limit makes "
+        "--vocab_size an upper bound instead, for small corpora.")
+    flags.DEFINE_integer(
+        "num_threads", min(os.cpu_count() or 1, 16),
+        "Training threads (default: this machine's cores, at most 16).")
+    flags.DEFINE_boolean(
+        "verbose", False,
+        "Show SentencePiece's own training log on stderr (by default only its warnings).")
+    # absl's --help lists the key flags of the module named sys.argv[0] and prints __main__'s
+    # docstring; under the console script that is the generated wrapper, so point both here.
+    for name in _FLAG_NAMES:
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
+    main_module = sys.modules.get("__main__")
+    if main_module is not None and not main_module.__doc__:
+        main_module.__doc__ = __doc__
+
+
+def main(argv):
+    from absl import flags
+
+    FLAGS = flags.FLAGS
+    if len(argv) > 1:
+        print(f"spm_train: error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
+        return 2
+    start = time.time()
+    try:
+        if not FLAGS.model_prefix:
+            raise SpmTrainError("--model_prefix is required: the output prefix, e.g. out/sp10m.cased.v3")
+        config = SpmTrainConfig(
+            input_files=expand_inputs(FLAGS.input or ""),
+            model_prefix=FLAGS.model_prefix,
+            vocab_size=FLAGS.vocab_size,
+            model_type=FLAGS.model_type,
+            character_coverage=FLAGS.character_coverage,
+            input_sentence_size=FLAGS.input_sentence_size,
+            shuffle_input_sentence=FLAGS.shuffle_input_sentence,
+            hard_vocab_limit=FLAGS.hard_vocab_limit,
+            num_threads=FLAGS.num_threads,
+            verbose=FLAGS.verbose,
+        )
+        path = train_sentencepiece(config)
+        size = spm.SentencePieceProcessor(model_file=path).get_piece_size()
+    except SpmTrainError as err:
+        print(f"spm_train: error: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {path} and {config.model_prefix}.vocab: {size} pieces from {len(config.input_files)} "
+          f"file(s) in {time.time() - start:.1f} s; special ids 0-8 as XLNet expects")
+    return 0
+
+
+def run():
+    """Console entry point (`xlnet-data-spm-train`)."""
+    from absl import app
+
+    _define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()
