@@ -100,9 +100,9 @@ def _parse_ids(path, number, line, vocab_size):
 
 
 def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab_size, strict=False,
-               on_progress: Optional[Callable[[int, int], None]] = None):
+               on_progress: Optional[Callable[[int, int, int], None]] = None):
     """Reads one file into a Shard, or None when it has no lines or no ids (the original skips the former
-    and crashes on the latter).
+    and crashes on the latter). `on_progress(lines, tokens, chars)` is called after every batch of lines.
 
     Flags start True and flip after every line; a blank line with `use_eod` becomes <eod>, flipped
     before and after, so it carries the flag opposite to the sentence that follows it.
@@ -111,9 +111,10 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
     ids_chunks, flag_chunks = [], []
     sent_id = True
     batch = []
+    batch_chars = 0
 
     def flush():
-        nonlocal sent_id
+        nonlocal sent_id, batch_chars
         is_text = np.array([bool(kind) for kind, _ in batch], dtype=bool)
         if from_raw_text:
             texts = [text for kind, text in batch if kind]
@@ -135,11 +136,13 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
             stats.tokens += int(ids.size)
         sent_id = bool(sent_id ^ (int(is_text.sum()) & 1))
         if on_progress:
-            on_progress(len(batch), int(ids.size))
+            on_progress(len(batch), int(ids.size), batch_chars)
         batch.clear()
+        batch_chars = 0
 
     warned_long = False
     for number, line in _lines(path, stats, strict):
+        batch_chars += len(line) + 1
         stripped = line.strip()
         if not stripped:
             if use_eod:
@@ -157,7 +160,7 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
                 batch.append((True, _parse_ids(path, number, stripped, vocab_size)))
         if len(batch) >= ENCODE_BATCH_LINES:
             flush()
-    if batch:
+    if batch or batch_chars:
         flush()
     if stats.tokens == 0:
         return None

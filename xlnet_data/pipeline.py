@@ -164,7 +164,7 @@ def _write_steps(data, sent_ids, source, reverse, first_step, max_steps, seq_len
 
 
 def write_unit_records(config: CreateConfig, rows: layout.Rows, is_start, np_mt, py_mt, out,
-                       on_steps: Optional[Callable[[int], None]] = None):
+                       on_records: Optional[Callable[[int], None]] = None):
     """Writes the unit's records to the binary file `out`; returns the number of batches (steps)."""
     goal_mem, goal_ab = config.num_predict_parts
     bsz = rows.source.shape[0]
@@ -180,8 +180,8 @@ def write_unit_records(config: CreateConfig, rows: layout.Rows, is_start, np_mt,
             records.FEATURE_KEY_LENGTHS, records.CRC32C_TABLE, buf)
         out.write(buf[:nbytes].data)
         num_batch += steps
-        if on_steps:
-            on_steps(steps)
+        if on_records:
+            on_records(steps * bsz)
     return num_batch
 
 
@@ -189,8 +189,19 @@ class _NoBatches(Exception):
     """Raised inside the atomic write so that no empty tfrecords file is left behind."""
 
 
-def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None) -> UnitResult:
-    """Creates one unit's tfrecords and then its record_info JSON (last, so it marks completion)."""
+def record_settings(config: CreateConfig):
+    """What decides a unit's records beyond its file name; kept in record_info to recognise it on a re-run."""
+    settings = dataclasses.asdict(config)
+    for run_only in ("save_dir", "pass_id", "num_passes", "task", "strict"):
+        settings.pop(run_only)
+    return settings
+
+
+def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None, on_records=None) -> UnitResult:
+    """Creates one unit's tfrecords and then its record_info JSON (last, so it marks completion).
+
+    record_info holds the original's keys (`filenames`, `num_batch`) and `create_settings`.
+    """
     start = time.time()
     result = UnitResult(unit)
     ids, sent_ids, random_state = read_task_stream(config, files, sp, result, on_progress)
@@ -199,7 +210,7 @@ def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None) -> U
     try:
         with fileio.atomic_write(record_path) as out:
             num_batch = write_unit_records(config, rows, start_piece_table(sp), rng.numpy_state(random_state),
-                                           rng.python_state(unit.seed), out)
+                                           rng.python_state(unit.seed), out, on_records)
             if num_batch == 0:
                 raise _NoBatches
     except _NoBatches:
@@ -208,7 +219,7 @@ def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None) -> U
                           f"(about {need} are needed: bsz_per_host rows of seq_len + reuse_len); nothing written")
         result.seconds = time.time() - start
         return result
-    info = {"filenames": [record_path], "num_batch": num_batch}
+    info = {"filenames": [record_path], "num_batch": num_batch, "create_settings": record_settings(config)}
     fileio.write_text_atomic(info_path, json.dumps(info))
     result.num_batch = num_batch
     result.records = num_batch * config.bsz_per_host

@@ -132,3 +132,73 @@ def put_record(buf, pos, values, lengths, keys, key_lengths, crc_table):
                 pos = _put_varint(buf, pos, values[f, k])
     pos = _put_le(buf, pos, _masked_crc32c(buf, data_start, pos, crc_table), 4)
     return pos
+
+
+# ---- reading ----
+
+class RecordError(ValueError):
+    """A tfrecords file that is truncated, corrupt, or not of this schema; names the file and record."""
+
+
+def _crc32c_of(data):
+    return int(_masked_crc32c(np.frombuffer(data, dtype=np.uint8), 0, len(data), CRC32C_TABLE))
+
+
+def read_records(path, verify_crc=True):
+    """Yields the raw records of a tfrecords file (gzip when the name ends in .gz), checking the framing."""
+    import gzip
+    import struct
+    from xlnet_data import fileio
+
+    with fileio.open_read(path) as raw_file:
+        f = gzip.GzipFile(fileobj=raw_file) if path.endswith(".gz") else raw_file
+        index = 0
+        while True:
+            try:
+                header = f.read(12)
+            except (OSError, EOFError) as err:
+                raise RecordError(f"{path}: record {index}: cannot read ({err})") from None
+            if not header:
+                return
+            if len(header) < 12:
+                raise RecordError(f"{path}: record {index}: truncated (file ends inside a record header)")
+            (length,) = struct.unpack("<Q", header[:8])
+            if verify_crc and struct.unpack("<I", header[8:])[0] != _crc32c_of(header[:8]):
+                raise RecordError(f"{path}: record {index}: corrupt length (CRC mismatch); not a tfrecords file?")
+            try:
+                data, footer = f.read(length), f.read(4)
+            except (OSError, EOFError) as err:
+                raise RecordError(f"{path}: record {index}: cannot read ({err})") from None
+            if len(data) < length or len(footer) < 4:
+                raise RecordError(f"{path}: record {index}: truncated (file ends inside the record)")
+            if verify_crc and struct.unpack("<I", footer)[0] != _crc32c_of(data):
+                raise RecordError(f"{path}: record {index}: corrupt data (CRC mismatch)")
+            yield data
+            index += 1
+
+
+def parse_example(raw, seq_len=None, where=""):
+    """A record's features as {name: int64 array}; RecordError when it is not this schema."""
+    from tensorflow.core.example import example_pb2  # the proto only; importing it is cheap
+
+    example = example_pb2.Example()
+    try:
+        example.ParseFromString(raw)
+    except Exception:  # protobuf raises its own DecodeError
+        raise RecordError(f"{where}: not a tf.train.Example") from None
+    feature = example.features.feature
+    if set(feature.keys()) != set(FEATURES):
+        raise RecordError(f"{where}: features {sorted(feature.keys())}, expected {sorted(FEATURES)}")
+    values = {name: np.array(feature[name].int64_list.value, dtype=np.int64) for name in FEATURES}
+    if seq_len is not None:
+        wrong = [n for n, want in feature_lengths(seq_len).items() if values[n].shape[0] != want]
+        if wrong:
+            raise RecordError(f"{where}: feature {wrong[0]} has {values[wrong[0]].shape[0]} values, "
+                              f"expected {feature_lengths(seq_len)[wrong[0]]}")
+    return values
+
+
+def read_examples(path, seq_len=None):
+    """Yields (index, features) of every record of a file; RecordError names the file and record."""
+    for index, raw in enumerate(read_records(path)):
+        yield index, parse_example(raw, seq_len, where=f"{path}: record {index}")

@@ -1,0 +1,236 @@
+"""python -m xlnet_data.create: XLNet pretraining records from text, identical to the original data_utils.py.
+
+Every flag of the original keeps its name, type and default; see README.md for a worked example.
+"""
+
+import dataclasses
+import json
+import logging
+import multiprocessing
+import os
+import sys
+import threading
+import time
+
+from absl import app, flags
+
+from xlnet_data import fileio, pipeline
+from xlnet_data.config import SPAN_UNITS, SPLITS, ConfigError, CreateConfig
+from xlnet_data.corpus import InputError
+from xlnet_data.progress import Progress
+from xlnet_data.vocab import VocabError, load_sentencepiece
+
+log = logging.getLogger("xlnet_data")
+FLAGS = flags.FLAGS
+_DEFAULTS = CreateConfig()
+
+# The original's flags, same names, types and defaults.
+flags.DEFINE_bool("use_tpu", _DEFAULTS.use_tpu, "Lay rows out for TPU cores; without it num_core_per_host is 1.")
+flags.DEFINE_integer("bsz_per_host", _DEFAULTS.bsz_per_host, "Examples per batch (rows of the layout).")
+flags.DEFINE_integer("num_core_per_host", _DEFAULTS.num_core_per_host,
+                     "TPU cores per host: with bi_data each core's forward rows are followed by their reverse.")
+flags.DEFINE_integer("seq_len", _DEFAULTS.seq_len, "Tokens per example.")
+flags.DEFINE_integer("reuse_len", _DEFAULTS.reuse_len,
+                     "Tokens of the memory part (reused as memory by the next batch); usually seq_len/2.")
+flags.DEFINE_bool("uncased", _DEFAULTS.uncased, "Lower-case the text before encoding.")
+flags.DEFINE_bool("bi_data", _DEFAULTS.bi_data, "Bidirectional data: half the rows are the others reversed.")
+flags.DEFINE_integer("mask_alpha", _DEFAULTS.mask_alpha, "Span masking: a context of mask_alpha tokens ...")
+flags.DEFINE_integer("mask_beta", _DEFAULTS.mask_beta, "... holds about mask_beta masked tokens.")
+flags.DEFINE_bool("use_eod", _DEFAULTS.use_eod, "A blank line (end of document) becomes <eod>; else it is dropped.")
+flags.DEFINE_bool("from_raw_text", _DEFAULTS.from_raw_text,
+                  "Input lines are text to encode; with --nofrom_raw_text they are whitespace-separated ids.")
+flags.DEFINE_integer("num_predict", _DEFAULTS.num_predict,
+                     "Masked tokens per example: num_predict - num_predict//2 in the memory part, the rest in A/B.")
+flags.DEFINE_string("input_glob", _DEFAULTS.input_glob, "Input files (a glob; local or gs:// paths).")
+flags.DEFINE_string("sp_path", _DEFAULTS.sp_path, "SentencePiece model with XLNet's special ids (spm_train makes one).")
+flags.DEFINE_string("save_dir", _DEFAULTS.save_dir, "Output: corpus_info.json and tfrecords/ go here.")
+flags.DEFINE_enum("split", _DEFAULTS.split, list(SPLITS), "Split name used in the file names.")
+flags.DEFINE_integer("pass_id", _DEFAULTS.pass_id,
+                     "Pass to write (seeds the file order, A/B and masks); ignored with --num_passes.")
+flags.DEFINE_integer("num_task", _DEFAULTS.num_task, "Tasks the sorted file list is split into, interleaved.")
+flags.DEFINE_integer("task", None, "The task to run; unset: every task of --num_task (the original's default was 0).")
+# New flags.
+flags.DEFINE_integer("num_passes", None, "Write passes 0..num_passes-1 (each a different sampling of A/B and masks).")
+flags.DEFINE_integer("num_workers", None, "Parallel processes for the (task, pass) units; default: the CPU count.")
+flags.DEFINE_enum("span_unit", _DEFAULTS.span_unit, list(SPAN_UNITS),
+                  "piece: spans of n pieces from a word start, as the original (may cut words); "
+                  "word: spans of n whole words, as the paper describes.")
+flags.DEFINE_bool("strict", False, "Stop on a line that is not valid UTF-8 instead of replacing its bad bytes.")
+flags.DEFINE_bool("overwrite", False, "Redo units that are already complete, and accept a save_dir written with other flags.")
+
+
+class CreateError(Exception):
+    """A problem with flags, inputs or outputs, reported as one line before anything is written."""
+
+
+def config_from_flags() -> CreateConfig:
+    fields = {f.name for f in dataclasses.fields(CreateConfig)}
+    return CreateConfig(**{name: FLAGS[name].value for name in fields}).validate()
+
+
+def _check_save_dir(config, info, overwrite):
+    path = os.path.join(config.save_dir, "corpus_info.json")
+    if overwrite or not fileio.exists(path):
+        return
+    try:
+        existing = json.loads(fileio.read_text(path))
+    except (OSError, ValueError):
+        return
+    differ = [f"{k} {existing.get(k)!r} there, {v!r} here" for k, v in info.items() if existing.get(k) != v]
+    if differ:
+        raise CreateError(f"{config.save_dir} holds data made with other flags ({'; '.join(differ)}); "
+                          "use another --save_dir, or --overwrite")
+
+
+def _unit_is_complete(config, unit):
+    """A unit is complete when its record_info exists (it is written last) and names the same settings."""
+    record_path, info_path = pipeline.record_paths(config, unit)
+    if not fileio.exists(info_path):
+        return False
+    try:
+        info = json.loads(fileio.read_text(info_path))
+    except (OSError, ValueError):
+        return False
+    if info.get("create_settings") != pipeline.record_settings(config):
+        raise CreateError(f"{info_path} was written with other flags; use another --save_dir, or --overwrite")
+    return fileio.exists(record_path)
+
+
+# ---- worker processes ----
+_counters = None  # shared [lines, tokens, records, chars]
+
+
+def _init_worker(counters):
+    global _counters
+    _counters = counters
+    logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(message)s")
+
+
+def _count(lines, tokens, chars):
+    with _counters.get_lock():
+        _counters[0] += lines
+        _counters[1] += tokens
+        _counters[3] += chars
+
+
+def _count_steps(records):
+    with _counters.get_lock():
+        _counters[2] += records
+
+
+def _run_unit(config, unit, files):
+    sp = load_sentencepiece(config.sp_path)
+    return pipeline.run_unit(config, unit, files, sp, on_progress=_count,
+                             on_records=_count_steps)
+
+
+def create(config: CreateConfig, num_workers=None, overwrite=False):
+    """Runs every unit of `config`; returns their UnitResults. Raises CreateError, InputError, VocabError."""
+    sp = load_sentencepiece(config.sp_path)
+    paths = fileio.glob(config.input_glob)
+    if not paths:
+        raise CreateError(f"no file matches --input_glob={config.input_glob}")
+    missing = [p for p in paths if not fileio.is_remote(p) and not os.access(p, os.R_OK)]
+    if missing:
+        raise InputError(f"{missing[0]}: cannot be read (permissions)")
+    info = pipeline.corpus_info(config, sp.get_piece_size())
+    _check_save_dir(config, info, overwrite)
+
+    units = []
+    for unit in pipeline.plan_units(config):
+        files = paths[unit.task::config.num_task]
+        if not files:
+            log.info("task %d has no file to process (%d files, %d tasks)", unit.task, len(paths), config.num_task)
+        elif not overwrite and _unit_is_complete(config, unit):
+            log.info("task %d pass %d is complete already (its record_info exists); skipped, "
+                     "--overwrite redoes it", unit.task, unit.pass_id)
+        else:
+            units.append((unit, files))
+
+    fileio.makedirs(os.path.join(config.save_dir, "tfrecords"))
+    if 0 in config.tasks:
+        fileio.write_text_atomic(os.path.join(config.save_dir, "corpus_info.json"), json.dumps(info))
+    if not units:
+        return []
+
+    total_chars = sum(_size(p) for _, files in units for p in files)
+    counters = multiprocessing.get_context("spawn").Array("q", 4)
+    progress = Progress(total_chars)
+    num_workers = min(len(units), num_workers or os.cpu_count() or 1)
+    done = []
+    stop = threading.Event()
+
+    def report():
+        while not stop.wait(0.5):
+            progress.update(counters[0], counters[1], counters[2], counters[3], len(done), len(units))
+
+    reporter = threading.Thread(target=report, daemon=True)
+    reporter.start()
+    try:
+        if num_workers == 1:
+            _init_worker(counters)
+            for unit, files in units:
+                done.append(_run_unit(config, unit, files))
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            with ctx.Pool(num_workers, initializer=_init_worker, initargs=(counters,)) as pool:
+                for result in pool.starmap(_run_unit, [(config, unit, files) for unit, files in units],
+                                           chunksize=1):
+                    done.append(result)
+    finally:
+        stop.set()
+        reporter.join()
+        progress.close()
+    return done
+
+
+def _size(path):
+    try:
+        return os.path.getsize(path) if not fileio.is_remote(path) else 0
+    except OSError:
+        return 0
+
+
+def _parse_flags(argv):
+    try:
+        return FLAGS(argv)
+    except flags.Error as err:
+        print(f"create: error: {err} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv):
+    del argv
+    logging.getLogger().setLevel(logging.INFO)
+    start = time.time()
+    try:
+        config = config_from_flags()
+        results = create(config, FLAGS.num_workers, FLAGS.overwrite)
+    except (ConfigError, CreateError, InputError, VocabError) as err:
+        print(f"create: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"create: error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        return 2
+    _print_summary(results, time.time() - start)
+    return 0
+
+
+def _print_summary(results, seconds):
+    for r in results:
+        if r.skipped:
+            log.warning("task %d pass %d: %s", r.unit.task, r.unit.pass_id, r.skipped)
+    written = [r for r in results if not r.skipped]
+    tokens = sum(r.tokens for r in written)
+    print(f"done: {len(written)} unit(s), {tokens} tokens, {sum(r.records for r in written)} records "
+          f"in {sum(r.num_batch for r in written)} batches, {sum(r.dropped_tokens for r in written)} tail tokens "
+          f"dropped, {sum(r.invalid_utf8_lines for r in results)} invalid UTF-8 lines replaced, "
+          f"{seconds:.1f} s", file=sys.stderr)
+
+
+def run():
+    app.run(main, flags_parser=_parse_flags)
+
+
+if __name__ == "__main__":
+    run()
