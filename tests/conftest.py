@@ -1,0 +1,49 @@
+"""Shared test helpers: where ../shared is, running the CLIs, reading a save_dir back."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+XLNET_SPM = SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"
+GOLDEN = SHARED / "golden"
+
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (goldens, XLNet's SentencePiece model) is absent")
+
+
+def run_module(module, *args, cwd=None, timeout=600):
+    """Runs `python -m module args` and returns the CompletedProcess (text output)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def golden_flags(case_dir):
+    """The flags of a golden case (one per line, comments dropped)."""
+    lines = Path(case_dir, "flags.txt").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def read_save_dir(save_dir, seq_len=None):
+    """{tfrecords base name (without .gz): [features dict, ...]} of a save_dir."""
+    from xlnet_data import records
+    out = {}
+    for path in sorted(glob.glob(os.path.join(save_dir, "tfrecords", "*.tfrecords*"))):
+        name = os.path.basename(path)
+        name = name[:-3] if name.endswith(".gz") else name
+        out[name] = [features for _, features in records.read_examples(path, seq_len)]
+    return out
+
+
+def record_infos(save_dir):
+    out = {}
+    for path in sorted(glob.glob(os.path.join(save_dir, "tfrecords", "record_info-*.json"))):
+        info = json.loads(Path(path).read_text())
+        out[os.path.basename(path)] = (info["num_batch"], [os.path.basename(f) for f in info["filenames"]])
+    return out

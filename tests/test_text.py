@@ -1,0 +1,79 @@
+"""Text to ids: normalisation, the digit-comma rule, sentence flags, shard order and flag flip."""
+
+import numpy as np
+import pytest
+
+from conftest import XLNET_SPM, needs_shared
+from xlnet_data import corpus, layout, text
+from xlnet_data.vocab import EOD_ID, load_sentencepiece
+
+
+def test_preprocess_text_follows_the_original():
+    assert text.preprocess_text("  Hello \t  World  ", lower=False) == "Hello World"
+    assert text.preprocess_text("``quoted''", lower=False) == '"quoted"'
+    assert text.preprocess_text("Café Zürich façade", lower=True) == "cafe zurich facade"
+    assert text.preprocess_text("ﬁ ①", lower=False) == "fi 1"  # NFKD compatibility forms
+
+
+@pytest.fixture(scope="module")
+def sp():
+    if not XLNET_SPM.exists():
+        pytest.skip("../shared is absent: XLNet's SentencePiece model is needed")
+    return load_sentencepiece(str(XLNET_SPM))
+
+
+def test_digit_comma_pieces_are_split(sp):
+    encoder = text.Encoder(sp)
+    pieces = sp.encode("I was born in 2000, and this is 92000, ok", out_type=str)
+    assert any(len(p) > 1 and p.endswith(",") and p[-2].isdigit() for p in pieces)  # the rule applies here
+    ids = encoder.encode_original("I was born in 2000, and this is 92000, ok")
+    as_pieces = [sp.id_to_piece(i) for i in ids]
+    assert "," in as_pieces and not any(p.endswith(",") and len(p) > 1 and p[-2].isdigit() for p in as_pieces)
+    assert "".join(as_pieces).replace("\u2581", " ").strip() == "I was born in 2000, and this is 92000, ok"
+
+
+def test_batched_encoding_equals_line_by_line(sp):
+    encoder = text.Encoder(sp)
+    lines = ["In 1865, Alice fell.", "Prices: 1,000, 2,500, and 3,", "東京 and 한국어", "x", "", "café 19, 20,"]
+    flat, lengths = encoder.encode_batch(lines)
+    expected = [encoder.encode_original(line) for line in lines]
+    assert lengths.tolist() == [len(e) for e in expected]
+    assert flat.tolist() == [i for e in expected for i in e]
+
+
+@needs_shared
+def test_sentence_flags_alternate_and_eod_takes_the_flipped_flag(sp, tmp_path):
+    path = tmp_path / "doc.txt"
+    path.write_text("One.\nTwo.\n\nThree.\n", encoding="utf-8")
+    shard = corpus.read_shard(str(path), text.Encoder(sp), from_raw_text=True, uncased=False, use_eod=True,
+                              vocab_size=sp.get_piece_size())
+    ids, flags = np.concatenate(shard.ids), np.concatenate(shard.sent_ids)
+    pieces = [sp.encode(s) for s in ("One.", "Two.", "Three.")]
+    assert ids.tolist() == pieces[0] + pieces[1] + [EOD_ID] + pieces[2]
+    # True for "One.", False for "Two."; the blank line flips before and after its <eod>, so <eod> keeps
+    # the flag of the sentence before it and "Three." takes the other one.
+    want = [True] * len(pieces[0]) + [False] * len(pieces[1]) + [False] + [True] * len(pieces[2])
+    assert flags.tolist() == want
+
+
+def test_shards_are_flipped_so_that_files_never_merge_sentences():
+    shard = lambda ids, flags: corpus.Shard("f", [np.array(ids, np.int32)], [np.array(flags, bool)],
+                                            corpus.FileStats(tokens=len(ids)))
+    shards = [shard([1, 2], [True, False]), shard([3, 4, 5], [True, True, False])]
+    ids, flags = corpus.concatenate_shards(shards, [0, 1])
+    assert ids.tolist() == [1, 2, 3, 4, 5]
+    assert flags.tolist() == [True, False, True, True, False]
+    shards = [shard([1, 2], [True, True]), shard([3], [True])]
+    ids, flags = corpus.concatenate_shards(shards, [1, 0])
+    assert ids.tolist() == [3, 1, 2] and flags.tolist() == [True, False, False]
+
+
+def test_bidirectional_layout_interleaves_reversed_rows_per_core():
+    ids = np.arange(24, dtype=np.int32)
+    rows = layout.layout_rows(ids, ids % 2 == 0, bsz_per_host=8, num_core=2, bi_data=True)
+    data, _ = layout.materialize(rows)
+    fwd = ids.reshape(4, 6)
+    want = np.stack([fwd[0], fwd[1], fwd[0, ::-1], fwd[1, ::-1], fwd[2], fwd[3], fwd[2, ::-1], fwd[3, ::-1]])
+    np.testing.assert_array_equal(data, want)
+    plain = layout.layout_rows(ids[:23], ids[:23] > 0, bsz_per_host=4, num_core=1, bi_data=False)
+    np.testing.assert_array_equal(layout.materialize(plain)[0], ids[:20].reshape(4, 5))
