@@ -1,0 +1,1275 @@
+"""Shows what is inside XLNet pretraining TFRecords: text, masks, checks, statistics.
+
+Usage:
+  python -m xlnet_data.dump PATH [PATH ...] [flags]
+
+PATH is a save_dir (holding corpus_info.json and tfrecords/), a tfrecords/ folder,
+one or more .tfrecords or .tfrecords.gz files (plain or gzip, detected from the
+content), or a quoted glob. seq_len, reuse_len, bsz_per_host, bi_data and the
+SentencePiece model come from corpus_info.json beside the records (in the
+save_dir, or the parent of a tfrecords/ folder), else from the file name, else
+from the flags below, which always win.
+
+Views:
+  (default)       per example: label, the memory part, A and B as text with
+                  masked pieces in [brackets] (coloured on a terminal), the
+                  segment boundaries and a check of the next-token targets
+  --format=json   one JSON object per example (every feature, the pieces, the
+                  decoded parts and the checks), one per line
+  --stats         a table over all records (with --format=json: one JSON object);
+                  --plot=FILE.png also draws the span-length histograms
+
+Examples:
+  python -m xlnet_data.dump save_dir --limit=3
+  python -m xlnet_data.dump 'save_dir/tfrecords/train-*.tfrecords*' --stats
+  python -m xlnet_data.dump save_dir --format=json --example=17
+
+Exit status: 0; 1 on an unreadable, truncated or corrupt file or a record that
+is not an XLNet pretraining example (one line naming the file and the record
+index); with --strict, also 1 when a record fails the layout or target checks.
+"""
+
+import glob
+import json
+import os
+import re
+import struct
+import sys
+import zlib
+
+import numpy as np
+
+from xlnet_data import vocab as _vocab
+from xlnet_data.records import FEATURES
+
+SEP_ID = _vocab.SEP_ID
+CLS_ID = _vocab.CLS_ID
+EOD_ID = _vocab.EOD_ID
+EOP_ID = _vocab.EOP_ID
+
+# =====================================================================================
+# Reading records: TFRecord framing, CRC32C, gzip, the tf.train.Example schema.
+# No TensorFlow needed (importing it costs seconds); candidates for records.py.
+# =====================================================================================
+
+
+class RecordError(ValueError):
+    """A tfrecords file cannot be read at one record: truncated, corrupt, or off-schema."""
+
+    def __init__(self, path, index, reason, offset=None):
+        self.path, self.index, self.reason, self.offset = path, index, reason, offset
+        where = f"record {index}" if offset is None else f"record {index} (byte {offset})"
+        super().__init__(f"{path}: {where}: {reason}")
+
+
+class SchemaError(ValueError):
+    """A parsed record is not an XLNet pretraining example (names, types, lengths, values)."""
+
+
+_CRC32C_POLY = 0x82F63B78  # Castagnoli, reflected
+
+
+def _make_crc_table():
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(_CRC32C_POLY), table >> 1).astype(np.uint32)
+    return table
+
+
+_CRC_TABLE = _make_crc_table()
+_CRC_TABLE_LIST = _CRC_TABLE.tolist()
+_LONG_RECORD = 1 << 16      # longer payloads get their CRC from lanes of _LANE bytes combined
+_LANE = 4096
+
+
+def crc32c(data):
+    """CRC32C of a short byte string (pure Python; used for the 8-byte length headers)."""
+    crc = 0xFFFFFFFF
+    table = _CRC_TABLE_LIST
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked_crc32c(data):
+    """The TFRecord checksum: CRC32C rotated right by 15 bits plus a constant."""
+    crc = crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _crc_registers(matrix, inject_at):
+    """Runs the CRC32C register over each row of `matrix` (uint8, [lanes, width]), all at once.
+
+    Every lane starts at 0; leading zero bytes leave a zero register unchanged, so rows
+    can be right-aligned. At column `inject_at[i]` lane i's register is xored with the
+    initial value 0xFFFFFFFF (where its data begins); `inject_at[i] == width` means
+    after the last column, -1 never. Returns the registers before the final xor.
+    """
+    lanes, width = matrix.shape
+    state = np.zeros(lanes, dtype=np.uint32)
+    inject_at = np.asarray(inject_at)
+    groups = {}
+    for col in np.unique(inject_at).tolist():
+        groups[col] = np.flatnonzero(inject_at == col)
+    columns = np.ascontiguousarray(matrix.T)
+    table = _CRC_TABLE
+    for col in range(width):
+        lanes_here = groups.get(col)
+        if lanes_here is not None:
+            state[lanes_here] ^= np.uint32(0xFFFFFFFF)
+        state = table[(state ^ columns[col]) & 0xFF] ^ (state >> 8)
+    if width in groups:
+        state[groups[width]] ^= np.uint32(0xFFFFFFFF)
+    return state
+
+
+_ZERO_SHIFT = {}
+
+
+def _zero_shift_columns(nbytes):
+    """Images of the 32 unit registers after `nbytes` zero bytes (the shift is linear over GF(2))."""
+    if nbytes not in _ZERO_SHIFT:
+        state = (np.uint32(1) << np.arange(32, dtype=np.uint32)).astype(np.uint32)
+        for _ in range(nbytes):
+            state = _CRC_TABLE[state & 0xFF] ^ (state >> 8)
+        _ZERO_SHIFT[nbytes] = state.tolist()
+    return _ZERO_SHIFT[nbytes]
+
+
+def _crc32c_long(data):
+    """CRC32C of a long byte string: lanes of _LANE bytes in parallel, then combined."""
+    lanes = -(-len(data) // _LANE)
+    pad = lanes * _LANE - len(data)
+    padded = np.zeros(lanes * _LANE, dtype=np.uint8)
+    padded[pad:] = np.frombuffer(data, dtype=np.uint8)
+    inject = np.full(lanes, -1)      # only lane 0 starts with the initial value, where its data begins
+    inject[0] = pad
+    regs = _crc_registers(padded.reshape(lanes, _LANE), inject)
+    columns = _zero_shift_columns(_LANE)
+    state = int(regs[0])
+    for reg in regs[1:].tolist():
+        shifted = 0
+        bit = 0
+        while state:
+            if state & 1:
+                shifted ^= columns[bit]
+            state >>= 1
+            bit += 1
+        state = shifted ^ reg
+    return state ^ 0xFFFFFFFF
+
+
+def crc32c_many(buffers):
+    """CRC32C of each byte string in `buffers` (a list), vectorised with numpy."""
+    out = np.zeros(len(buffers), dtype=np.uint32)
+    short = [i for i, b in enumerate(buffers) if len(b) <= _LONG_RECORD]
+    for i in range(len(buffers)):
+        if len(buffers[i]) > _LONG_RECORD:
+            out[i] = _crc32c_long(buffers[i])
+    if short:
+        lengths = np.array([len(buffers[i]) for i in short])
+        width = int(lengths.max())
+        matrix = np.zeros((len(short), width), dtype=np.uint8)
+        for row, i in enumerate(short):
+            if lengths[row]:
+                matrix[row, width - lengths[row]:] = np.frombuffer(buffers[i], dtype=np.uint8)
+        out[short] = _crc_registers(matrix, width - lengths) ^ np.uint32(0xFFFFFFFF)
+    return out
+
+
+def _mask_crcs(crcs):
+    crcs = crcs.astype(np.uint64)
+    rotated = ((crcs >> np.uint64(15)) | (crcs << np.uint64(17))) & np.uint64(0xFFFFFFFF)
+    return ((rotated + np.uint64(0xA282EAD8)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+class _GzipStream:
+    """Decompresses a gzip file lazily; at a truncation or a data error it returns what it
+    has (so the framing layer names the exact record) and keeps the reason in `problem`."""
+
+    _CHUNK = 1 << 15
+
+    def __init__(self, raw):
+        self._raw = raw
+        self._buf = bytearray()
+        self._dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._done = False
+        self.problem = None
+
+    def read(self, size):
+        while len(self._buf) < size and not self._done:
+            self._fill()
+        out = bytes(self._buf[:size])
+        del self._buf[:size]
+        return out
+
+    def _fill(self):
+        if self._dec.eof:
+            rest = self._dec.unused_data or self._raw.read(self._CHUNK)
+            rest = rest.lstrip(b"\0")
+            while not rest:
+                more = self._raw.read(self._CHUNK)
+                if not more:
+                    self._done = True   # a clean end (possibly after zero padding)
+                    return
+                rest = more.lstrip(b"\0")
+            if not rest.startswith(b"\x1f\x8b"):
+                self._done, self.problem = True, "data after the end of the gzip stream is not gzip"
+                return
+            self._dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            chunk = rest
+        else:
+            chunk = self._raw.read(self._CHUNK)
+            if not chunk:
+                self._done, self.problem = True, "the gzip stream is truncated"
+                return
+        error = self._decompress(chunk, (self._CHUNK, 1024, 32, 1))
+        if error is not None:
+            self._done, self.problem = True, f"gzip data error ({error})"
+
+    def _decompress(self, data, steps):
+        """Feeds `data` in pieces of steps[0] bytes; when a piece fails, retries it in smaller
+        pieces, so the output before the bad spot is kept (and the error names the right record).
+        Returns the zlib error, or None."""
+        for begin in range(0, len(data), steps[0]):
+            piece = data[begin:begin + steps[0]]
+            backup = self._dec.copy()
+            try:
+                self._buf += self._dec.decompress(piece)
+            except zlib.error as err:
+                if len(steps) == 1:
+                    return err
+                self._dec = backup
+                err = self._decompress(piece, steps[1:])
+                if err is not None:
+                    return err
+        return None
+
+    def close(self):
+        self._raw.close()
+
+
+def _open_stream(path):
+    """(stream, is_gzip): a reader of the record bytes; gzip is detected from the magic bytes."""
+    try:
+        raw = open(path, "rb")
+    except OSError as err:
+        raise RecordError(path, 0, f"cannot open: {err.strerror or err}") from None
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic == b"\x1f\x8b":
+        return _GzipStream(raw), True
+    return raw, False
+
+
+def _read_up_to(stream, size):
+    """Reads `size` bytes or fewer at the end, without allocating `size` up front."""
+    if size <= (1 << 26):
+        return stream.read(size)
+    parts, left = [], size
+    while left:
+        part = stream.read(min(left, 1 << 26))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
+def iter_records(path, verify_crc=True, chunk_records=256, chunk_bytes=1 << 22):
+    """Yields `(index, offset, payload)` for each record of a tfrecords file (plain or gzip).
+
+    `offset` is the record's byte position in the (decompressed) stream. Raises
+    RecordError naming the file and the record index on a truncated file, a length or
+    data CRC mismatch, or a gzip error; every record before the bad one is yielded first.
+    Data CRCs are checked in vectorised chunks of up to `chunk_records` records.
+    """
+    stream, is_gzip = _open_stream(path)
+    pending = []      # (index, offset, payload, stored masked crc)
+    pending_bytes = 0
+
+    def flush():
+        if not pending:
+            return
+        if verify_crc:
+            got = _mask_crcs(crc32c_many([p[2] for p in pending]))
+            want = np.array([p[3] for p in pending], dtype=np.uint32)
+            bad = np.flatnonzero(got != want)
+        else:
+            bad = ()
+        stop = int(bad[0]) if len(bad) else len(pending)
+        for index, offset, payload, _ in pending[:stop]:
+            yield index, offset, payload
+        if len(bad):
+            index, offset = pending[stop][:2]
+            raise RecordError(path, index, "corrupt record: data CRC mismatch", offset)
+        pending.clear()
+
+    def truncated(got, want, what):
+        if is_gzip and stream.problem:
+            return f"{stream.problem}; {what} incomplete ({got} of {want} bytes)"
+        return f"truncated {what} ({got} of {want} bytes)"
+
+    try:
+        index = offset = 0
+        while True:
+            header = stream.read(12)
+            error = None
+            if not header:
+                if is_gzip and stream.problem:
+                    error = RecordError(path, index, stream.problem, offset)
+                else:
+                    break
+            elif len(header) < 12:
+                error = RecordError(path, index, truncated(len(header), 12, "record header"), offset)
+            else:
+                length, length_crc = struct.unpack("<QI", header)
+                if verify_crc and masked_crc32c(header[:8]) != length_crc:
+                    what = "not a TFRecord file" if index == 0 else "corrupt record"
+                    error = RecordError(path, index, f"{what}: length CRC mismatch", offset)
+            if error is None:
+                body = _read_up_to(stream, length + 4)
+                if len(body) < length + 4:
+                    error = RecordError(path, index, truncated(len(body), length + 4, "record data"), offset)
+            if error is not None:
+                yield from flush()
+                raise error
+            pending.append((index, offset, body[:length], struct.unpack("<I", body[length:])[0]))
+            pending_bytes += length
+            index += 1
+            offset += length + 16
+            if len(pending) >= chunk_records or pending_bytes >= chunk_bytes:
+                yield from flush()
+                pending_bytes = 0
+        yield from flush()
+    finally:
+        stream.close()
+
+
+def _example_class():
+    """tf.train.Example as a protobuf class built in a private pool (wire-compatible, no TF)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    fdp = descriptor_pb2.FileDescriptorProto(name="xlnet_data_dump_example.proto",
+                                             package="xlnet_data_dump", syntax="proto3")
+    f = descriptor_pb2.FieldDescriptorProto
+    for name, ftype in (("BytesList", f.TYPE_BYTES), ("FloatList", f.TYPE_FLOAT), ("Int64List", f.TYPE_INT64)):
+        msg = fdp.message_type.add(name=name)
+        msg.field.add(name="value", number=1, label=f.LABEL_REPEATED, type=ftype)
+    feature = fdp.message_type.add(name="Feature")
+    feature.oneof_decl.add(name="kind")
+    for number, (name, type_name) in enumerate(
+            (("bytes_list", "BytesList"), ("float_list", "FloatList"), ("int64_list", "Int64List")), 1):
+        feature.field.add(name=name, number=number, label=f.LABEL_OPTIONAL, type=f.TYPE_MESSAGE,
+                          type_name=f".xlnet_data_dump.{type_name}", oneof_index=0)
+    features = fdp.message_type.add(name="Features")
+    entry = features.nested_type.add(name="FeatureEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, label=f.LABEL_OPTIONAL, type=f.TYPE_STRING)
+    entry.field.add(name="value", number=2, label=f.LABEL_OPTIONAL, type=f.TYPE_MESSAGE,
+                    type_name=".xlnet_data_dump.Feature")
+    features.field.add(name="feature", number=1, label=f.LABEL_REPEATED, type=f.TYPE_MESSAGE,
+                       type_name=".xlnet_data_dump.Features.FeatureEntry")
+    example = fdp.message_type.add(name="Example")
+    example.field.add(name="features", number=1, label=f.LABEL_OPTIONAL, type=f.TYPE_MESSAGE,
+                      type_name=".xlnet_data_dump.Features")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    descriptor = pool.FindMessageTypeByName("xlnet_data_dump.Example")
+    if hasattr(message_factory, "GetMessageClass"):          # protobuf >= 4.22
+        return message_factory.GetMessageClass(descriptor)
+    return message_factory.MessageFactory(pool).GetPrototype(descriptor)
+
+
+_EXAMPLE_CLASS = None
+_VALUE_RANGES = {"is_masked": (0, 1), "seg_id": (0, 2), "label": (0, 1)}
+
+
+def parse_example(payload, seq_len=None, vocab_size=None):
+    """Parses one serialized tf.train.Example and checks it against the XLNet schema.
+
+    Returns {name: int64 array} for FEATURES; raises SchemaError saying what is wrong.
+    """
+    global _EXAMPLE_CLASS
+    if _EXAMPLE_CLASS is None:
+        _EXAMPLE_CLASS = _example_class()
+    from google.protobuf.message import DecodeError
+
+    example = _EXAMPLE_CLASS()
+    try:
+        example.ParseFromString(payload)
+    except DecodeError:
+        raise SchemaError("not a serialized tf.train.Example") from None
+    names = set(example.features.feature.keys())
+    if names != set(FEATURES):
+        missing = [n for n in FEATURES if n not in names]
+        extra = sorted(names - set(FEATURES))
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(missing))
+        if extra:
+            parts.append("unexpected " + ", ".join(extra[:8]) + (" …" if len(extra) > 8 else ""))
+        raise SchemaError(f"not an XLNet pretraining example: {'; '.join(parts)} "
+                          f"(expected features {', '.join(FEATURES)})")
+    out = {}
+    for name in FEATURES:
+        feature = example.features.feature[name]
+        kind = feature.WhichOneof("kind")
+        if kind != "int64_list":
+            raise SchemaError(f"feature {name!r} is {kind or 'empty'}, not an int64_list")
+        out[name] = np.array(feature.int64_list.value, dtype=np.int64)
+    length = len(out["input"])
+    if len(out["label"]) != 1:
+        raise SchemaError(f"feature 'label' has {len(out['label'])} values, not 1")
+    for name in ("is_masked", "target", "seg_id"):
+        if len(out[name]) != length:
+            raise SchemaError(f"feature {name!r} has {len(out[name])} values but 'input' has {length}")
+    if seq_len is not None and length != seq_len:
+        raise SchemaError(f"the example has {length} positions, not seq_len={seq_len}")
+    if length < 4:
+        raise SchemaError(f"the example has only {length} positions")
+    for name, (low, high) in _VALUE_RANGES.items():
+        values = out[name]
+        if values.min() < low or values.max() > high:
+            raise SchemaError(f"feature {name!r} holds {int(values[(values < low) | (values > high)][0])}, "
+                              f"outside {low}..{high}")
+    for name in ("input", "target"):
+        values = out[name]
+        if values.min() < 0 or (vocab_size is not None and values.max() >= vocab_size):
+            bad = int(values[(values < 0) | (values >= (vocab_size or np.iinfo(np.int64).max))][0])
+            raise SchemaError(f"feature {name!r} holds id {bad}, outside the vocabulary"
+                              + (f" (size {vocab_size})" if vocab_size is not None else ""))
+    return out
+
+
+def read_examples(path, seq_len=None, vocab_size=None, verify_crc=True):
+    """Yields (index, {feature name: int64 array}) for each record of a tfrecords file, plain
+    or gzip (told by content, not by name); the same pairs as records.read_examples.
+
+    Raises RecordError (file, record index, reason) on a truncated or corrupt file or a
+    record that does not match the XLNet schema (names, int64 kinds, lengths, value ranges).
+    """
+    for index, offset, payload in iter_records(path, verify_crc=verify_crc):
+        try:
+            yield index, parse_example(payload, seq_len=seq_len, vocab_size=vocab_size)
+        except SchemaError as err:
+            raise RecordError(path, index, str(err), offset) from None
+
+
+# =====================================================================================
+# Pure functions: one example's structure, checks and text; statistics over many.
+# =====================================================================================
+
+_SPACE = _vocab.SPIECE_UNDERLINE
+_COLOR_ON, _COLOR_OFF = "\x1b[1;33m", "\x1b[0m"
+_PIECE_CACHE = {}
+
+
+def piece_list(sp):
+    """All pieces of a SentencePiece model as a list indexed by id (cached per model)."""
+    key = id(sp)
+    if key not in _PIECE_CACHE:
+        _PIECE_CACHE[key] = (sp, [sp.id_to_piece(i) for i in range(sp.get_piece_size())])
+    return _PIECE_CACHE[key][1]
+
+
+def is_backward_row(record_index, bsz_per_host, num_core_per_host=1, bi_data=True):
+    """Whether record `record_index` of a file holds a reversed (backward) row.
+
+    Records are written batch by batch, row by row; with bi_data each core's half-batch of
+    forward rows is followed by the same rows reversed (the original's `reverse`).
+    """
+    if not bi_data or not bsz_per_host:
+        return False
+    bsz_per_core = bsz_per_host // max(1, num_core_per_host or 1)
+    half = max(1, bsz_per_core // 2)
+    return (record_index % bsz_per_host // half) % 2 == 1
+
+
+def masked_runs(mask):
+    """Maximal runs of True in a 1-D bool array, as (begin, end) pairs."""
+    mask = np.asarray(mask, dtype=bool)
+    edges = np.diff(np.concatenate(([0], mask.astype(np.int8), [0])))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
+
+
+def render_pieces(pieces, mask, color=False):
+    """Pieces back to text: '▁' becomes a space; a masked piece is kept whole in [brackets]."""
+    out = []
+    for piece, masked in zip(pieces, mask):
+        if masked:
+            shown = f"[{piece}]"
+            if color:
+                shown = _COLOR_ON + shown + _COLOR_OFF
+            out.append((" " if piece.startswith(_SPACE) else "") + shown)
+        else:
+            out.append(piece.replace(_SPACE, " "))
+    return "".join(out).strip()
+
+
+def decode_example(features, sp=None, reuse_len=None, reverse=False):
+    """The structure of one example and the checks the spec implies; no printing.
+
+    `features`: {name: int sequence} as read_examples yields. `sp`: a SentencePiece
+    processor (or None: no pieces, no text). `reuse_len`: the memory length (default
+    seq_len // 2, the only value the original accepts). `reverse`: a backward row of
+    bi_data (its text is given in reading order, i.e. each part flipped back).
+
+    Layout: input = mem[0:R] + A + <sep> + B + <sep> + <cls>; seg_id 0 for mem, A and
+    the first <sep>, 1 for B and the second <sep>, 2 for <cls>.
+    Targets: target[k] == input[k + 1] at every position up to B's second-to-last piece
+    except A's last one: within each part, and also at the memory's last position
+    (its target is A's first piece) and at A's <sep> (its target is B's first piece).
+    A's and B's last targets are the tokens that follow them in the stream (not in the
+    record); the last two targets are <cls>.
+    """
+    x = np.asarray(features["input"], dtype=np.int64)
+    y = np.asarray(features["target"], dtype=np.int64)
+    seg = np.asarray(features["seg_id"], dtype=np.int64)
+    mask = np.asarray(features["is_masked"], dtype=np.int64).astype(bool)
+    label = int(np.asarray(features["label"]).reshape(-1)[0])
+    length = len(x)
+    reuse = length // 2 if reuse_len is None else int(reuse_len)
+
+    problems = []
+    n0, n1, n2 = (int(np.count_nonzero(seg == v)) for v in (0, 1, 2))
+    len_a, len_b = n0 - reuse - 1, n1 - 1
+    layout_ok = (n2 == 1 and len_a >= 0 and len_b >= 0 and n0 + n1 + n2 == length
+                 and np.array_equal(seg, np.repeat([0, 1, 2], [n0, n1, n2])))
+    if not layout_ok:
+        problems.append(f"seg_id is not {reuse}+|A|+1 zeros, |B|+1 ones and one 2 "
+                        f"(zeros {n0}, ones {n1}, twos {n2})")
+        parts = {"memory": (0, min(reuse, length)), "a": None, "b": None}
+        len_a = len_b = None
+    else:
+        sep_a = reuse + len_a
+        for pos, want, name in ((sep_a, SEP_ID, "<sep> after A"), (length - 2, SEP_ID, "<sep> after B"),
+                                (length - 1, CLS_ID, "<cls>")):
+            if x[pos] != want:
+                problems.append(f"input[{pos}] = {int(x[pos])} where {name} belongs")
+        parts = {"memory": (0, reuse), "a": (reuse, sep_a), "b": (sep_a + 1, length - 2)}
+
+    check = {"checked": 0, "ok": 0, "violations": [], "cls_ok": None, "a_next": None, "b_next": None,
+             "a_last": None, "b_last": None}
+    if layout_ok:
+        free = [reuse + len_a - 1, length - 3]           # A's and B's last positions
+        keep = np.ones(length - 2, dtype=bool)
+        keep[[f for f in free if f >= 0]] = False
+        positions = np.flatnonzero(keep)
+        bad = positions[y[positions] != x[positions + 1]]
+        check.update(checked=int(len(positions)), ok=int(len(positions) - len(bad)),
+                     violations=[(int(k), int(y[k]), int(x[k + 1])) for k in bad[:50]],
+                     cls_ok=bool(y[length - 2] == CLS_ID and y[length - 1] == CLS_ID),
+                     a_last=free[0] if len_a > 0 else None, b_last=free[1] if len_b > 0 else None,
+                     a_next=int(y[free[0]]) if len_a > 0 else None,
+                     b_next=int(y[free[1]]) if len_b > 0 else None)
+        check["num_violations"] = int(len(bad))
+        if not check["cls_ok"]:
+            problems.append("the last two targets are not <cls>")
+    else:
+        check["num_violations"] = 0
+
+    halves = ((0, reuse), (reuse, length))
+    spans = []
+    for low, high in halves:
+        spans.extend((low + b, low + e) for b, e in masked_runs(mask[low:high]))
+
+    decoded = {
+        "seq_len": length, "reuse_len": reuse, "label": label, "reverse": bool(reverse),
+        "len_a": len_a, "len_b": len_b, "parts": parts, "layout_ok": layout_ok, "problems": problems,
+        "target_check": check,
+        "num_masked": int(mask.sum()), "num_masked_memory": int(mask[:reuse].sum()),
+        "num_masked_ab": int(mask[reuse:].sum()), "spans": spans,
+        "input": x, "target": y, "seg_id": seg, "is_masked": mask,
+        "pieces": None, "target_pieces": None, "text": None,
+    }
+    if sp is not None:
+        table = piece_list(sp)
+        size = len(table)
+        decoded["pieces"] = [table[i] if i < size else f"<id {i}>" for i in x.tolist()]
+        decoded["target_pieces"] = [table[i] if i < size else f"<id {i}>" for i in y.tolist()]
+        decoded["text"] = {name: part_text(decoded, name) for name in ("memory", "a", "b")}
+    return decoded
+
+
+def part_pieces(decoded, name):
+    """(pieces, mask, (begin, end)) of part 'memory', 'a' or 'b' in reading order, with A's
+    and B's <sep> (and B's <cls>) appended; None when the layout does not have the part."""
+    span = decoded["parts"][name]
+    if span is None or decoded["pieces"] is None:
+        return None
+    begin, end = span
+    pieces = decoded["pieces"][begin:end]
+    mask = decoded["is_masked"][begin:end].tolist()
+    if decoded["reverse"]:
+        pieces, mask = pieces[::-1], mask[::-1]
+    tail = {"memory": 0, "a": 1, "b": 2}[name]
+    pieces = pieces + decoded["pieces"][end:end + tail]
+    mask = mask + decoded["is_masked"][end:end + tail].tolist()
+    return pieces, mask, span
+
+
+def part_text(decoded, name, color=False):
+    """Text of one part in reading order, masked pieces in [brackets] (see render_pieces)."""
+    got = part_pieces(decoded, name)
+    return None if got is None else render_pieces(got[0], got[1], color=color)
+
+
+def example_to_json(decoded, index=None, file=None, record=None):
+    """One JSON-ready object: every feature as written, the pieces, the parts and checks."""
+    obj = {}
+    if index is not None:
+        obj["index"] = index
+    if file is not None:
+        obj["file"] = file
+    if record is not None:
+        obj["record"] = record
+    for name in FEATURES:
+        values = decoded[name] if name != "label" else [decoded["label"]]
+        obj[name] = np.asarray(values, dtype=np.int64).tolist()
+    obj["input_pieces"] = decoded["pieces"]
+    obj["target_pieces"] = decoded["target_pieces"]
+    obj["direction"] = "backward" if decoded["reverse"] else "forward"
+    obj["reuse_len"] = decoded["reuse_len"]
+    obj["len_a"], obj["len_b"] = decoded["len_a"], decoded["len_b"]
+    obj["parts"] = {k: (list(v) if v else None) for k, v in decoded["parts"].items()}
+    obj["text"] = decoded["text"]
+    obj["num_masked"] = decoded["num_masked"]
+    obj["spans"] = [list(s) for s in decoded["spans"]]
+    check = decoded["target_check"]
+    obj["target_check"] = {"checked": check["checked"], "ok": check["ok"],
+                           "violations": [list(v) for v in check["violations"]],
+                           "cls_ok": check["cls_ok"], "a_next": check["a_next"], "b_next": check["b_next"]}
+    obj["problems"] = decoded["problems"]
+    return obj
+
+
+def format_example(decoded, index=None, where=None, color=False, row=None):
+    """The text view of one decoded example, as lines joined by newlines."""
+    label = decoded["label"]
+    head = f"#{index}" if index is not None else "#"
+    if where:
+        head += f"  {where}"
+    head += f"  label {label} ({'B continues A' if label == 1 else 'B is random'})"
+    if row is not None:
+        head += f"  row {row}"
+    if decoded["reverse"]:
+        head += "  backward (each part shown flipped into reading order)"
+    lines = [head]
+    names = {"memory": "memory", "a": "A", "b": "B"}
+    for name, title in names.items():
+        span = decoded["parts"][name]
+        if span is None:
+            continue
+        rng = f"[{span[0]},{span[1]})"
+        if decoded["pieces"] is not None:
+            body = part_text(decoded, name, color=color)
+        else:
+            ids = decoded["input"][span[0]:span[1]].tolist()
+            body = " ".join(str(i) for i in (ids[::-1] if decoded["reverse"] else ids))
+        lines.append(f"  {title:<6} {rng:<10} {span[1] - span[0]:>4} | {body}")
+    spans = decoded["spans"]
+    lines.append(f"  masked {decoded['num_masked']} (memory {decoded['num_masked_memory']}, "
+                 f"A/B {decoded['num_masked_ab']}) in {len(spans)} spans")
+    check = decoded["target_check"]
+    pieces, target_pieces = decoded["pieces"], decoded["target_pieces"]
+
+    def show(pos, of_target=True):
+        if pos is None:
+            return "-"
+        if pieces is None:
+            return str(int((decoded["target"] if of_target else decoded["input"])[pos]))
+        return repr((target_pieces if of_target else pieces)[pos])
+
+    if decoded["layout_ok"]:
+        status = "ok" if not check["num_violations"] and check["cls_ok"] else "FAIL"
+        line = (f"  target {status}: {check['ok']}/{check['checked']} next-token positions"
+                f", last two <cls> {'ok' if check['cls_ok'] else 'WRONG'}"
+                f"; after A: {show(check['a_last'])}, after B: {show(check['b_last'])}")
+        lines.append(line)
+        for pos, _, _ in check["violations"][:10]:
+            lines.append(f"    target[{pos}] = {show(pos)} but input[{pos + 1}] = {show(pos + 1, False)}")
+        if check["num_violations"] > 10:
+            lines.append(f"    … {check['num_violations'] - 10} more")
+    for problem in decoded["problems"]:
+        lines.append(f"  PROBLEM: {problem}")
+    return "\n".join(lines)
+
+
+def compute_stats(examples, start_table=None, bsz_per_host=None, max_span=None):
+    """Statistics over decoded examples (decode_example's dicts; sp not needed).
+
+    `start_table`: bool array over ids, True where the piece starts a word
+    (vocab.start_piece_table); without it the word-level numbers are None.
+    Spans are maximal runs of masked positions within each mask half (memory;
+    A <sep> B <sep> <cls>), taken in reading order — flipped for backward rows, as the
+    original's sampler saw them. A span's length in words = the word starts inside it,
+    plus one if it begins inside a word. A span cuts a word when its first piece is not a
+    word start or the piece after it (in its half) is not one.
+    """
+    count = 0
+    labels = {0: 0, 1: 0}
+    len_a, len_b = [], []
+    masked, masked_mem, masked_ab = [], [], []
+    span_pieces, span_words = {}, {}
+    spans_total = spans_cut = spans_at_start = 0
+    eod = eop = eod_masked = eop_masked = 0
+    bad_records = bad_positions = layout_bad = checked_positions = 0
+    backward = 0
+    for ex in examples:
+        count += 1
+        labels[ex["label"]] = labels.get(ex["label"], 0) + 1
+        backward += ex["reverse"]
+        if ex["layout_ok"]:
+            len_a.append(ex["len_a"])
+            len_b.append(ex["len_b"])
+        else:
+            layout_bad += 1
+        check = ex["target_check"]
+        checked_positions += check["checked"]
+        if check["num_violations"] or check["cls_ok"] is False or ex["problems"]:
+            bad_records += 1
+        bad_positions += check["num_violations"]
+        masked.append(ex["num_masked"])
+        masked_mem.append(ex["num_masked_memory"])
+        masked_ab.append(ex["num_masked_ab"])
+        x, mask = ex["input"], ex["is_masked"]
+        eod += int(np.count_nonzero(x == EOD_ID))
+        eop += int(np.count_nonzero(x == EOP_ID))
+        eod_masked += int(np.count_nonzero((x == EOD_ID) & mask))
+        eop_masked += int(np.count_nonzero((x == EOP_ID) & mask))
+        reuse = ex["reuse_len"]
+        for low, high in ((0, reuse), (reuse, len(x))):
+            ids, m = x[low:high], mask[low:high]
+            if ex["reverse"]:
+                ids, m = ids[::-1], m[::-1]
+            runs = masked_runs(m)
+            spans_total += len(runs)
+            if not runs:
+                continue
+            starts = None
+            if start_table is not None:
+                starts = start_table[np.clip(ids, 0, len(start_table) - 1)]
+                cum = np.concatenate(([0], np.cumsum(starts)))
+            for b, e in runs:
+                span_pieces[e - b] = span_pieces.get(e - b, 0) + 1
+                if starts is not None:
+                    begins_inside = not starts[b]
+                    words = int(cum[e] - cum[b]) + int(begins_inside)
+                    span_words[words] = span_words.get(words, 0) + 1
+                    spans_at_start += not begins_inside
+                    if begins_inside or (e < len(ids) and not starts[e]):
+                        spans_cut += 1
+
+    def summary(values):
+        if not values:
+            return None
+        arr = np.asarray(values)
+        return {"min": int(arr.min()), "mean": float(arr.mean()), "max": int(arr.max())}
+
+    have_words = start_table is not None
+    return {
+        "count": count,
+        "bsz_per_host": bsz_per_host,
+        "batches": (count / bsz_per_host) if bsz_per_host else None,
+        "backward_rows": backward,
+        "labels": labels,
+        "label1_share": (labels.get(1, 0) / count) if count else None,
+        "len_a": summary(len_a), "len_b": summary(len_b),
+        "masked": summary(masked), "masked_memory": summary(masked_mem), "masked_ab": summary(masked_ab),
+        "spans": spans_total,
+        "spans_per_example": (spans_total / count) if count else None,
+        "span_pieces": dict(sorted(span_pieces.items())),
+        "span_words": dict(sorted(span_words.items())) if have_words else None,
+        "spans_cutting_words": spans_cut if have_words else None,
+        "cut_share": (spans_cut / spans_total if spans_total else 0.0) if have_words else None,
+        "start_share": (spans_at_start / spans_total if spans_total else 0.0) if have_words else None,
+        "eod": eod, "eop": eop, "eod_masked": eod_masked, "eop_masked": eop_masked,
+        "layout_problems": layout_bad, "records_failing_checks": bad_records,
+        "target_positions_checked": checked_positions, "target_violations": bad_positions,
+    }
+
+
+def format_stats(stats):
+    """The statistics as a plain-text table."""
+    rows = []
+    n = stats["count"]
+
+    def add(name, value):
+        rows.append((name, value))
+
+    add("records", f"{n}")
+    if stats["batches"] is not None:
+        whole = "" if n % stats["bsz_per_host"] == 0 else "  (not a whole number!)"
+        noted = stats.get("record_info_num_batch")
+        noted = f"; record_info: {noted}" if noted is not None else ""
+        add("batches", f"{stats['batches']:g}  (bsz_per_host {stats['bsz_per_host']}{noted}){whole}")
+    if stats["backward_rows"]:
+        add("backward rows", f"{stats['backward_rows']}")
+    if n:
+        l1, l0 = stats["labels"].get(1, 0), stats["labels"].get(0, 0)
+        add("label 1 (B continues A)", f"{l1}  ({100 * l1 / n:.1f}%)")
+        add("label 0 (B random)", f"{l0}  ({100 * l0 / n:.1f}%)")
+    for key, title in (("len_a", "A length"), ("len_b", "B length"), ("masked", "masked per example"),
+                       ("masked_memory", "  in memory"), ("masked_ab", "  in A/B")):
+        s = stats[key]
+        if s:
+            add(title, f"min {s['min']}  mean {s['mean']:.2f}  max {s['max']}")
+    add("masked spans", f"{stats['spans']}" + (f"  ({stats['spans_per_example']:.2f} per example)" if n else ""))
+    if stats["cut_share"] is not None:
+        add("spans cutting a word", f"{stats['spans_cutting_words']}  ({100 * stats['cut_share']:.1f}%)")
+        add("spans starting a word", f"{100 * stats['start_share']:.1f}%")
+    add("<eod> in input", f"{stats['eod']}  (masked {stats['eod_masked']})")
+    add("<eop> in input", f"{stats['eop']}  (masked {stats['eop_masked']})")
+    add("target positions checked", f"{stats['target_positions_checked']}")
+    add("target violations", f"{stats['target_violations']}")
+    add("records failing checks", f"{stats['records_failing_checks']}"
+        + (f"  (layout {stats['layout_problems']})" if stats["layout_problems"] else ""))
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+
+    pieces, words = stats["span_pieces"], stats["span_words"]
+    lengths = sorted(set(pieces) | set(words or {}))
+    if lengths:
+        total_p = sum(pieces.values()) or 1
+        total_w = sum((words or {}).values()) or 1
+        lines.append("")
+        head = f"{'span length':>11}  {'in pieces':>16}"
+        if words is not None:
+            head += f"  {'in words':>16}"
+        lines.append(head)
+        for k in lengths:
+            p = pieces.get(k, 0)
+            row = f"{k:>11}  {p:>8} {100 * p / total_p:6.1f}%"
+            if words is not None:
+                w = words.get(k, 0)
+                row += f"  {w:>8} {100 * w / total_w:6.1f}%"
+            lines.append(row)
+    return "\n".join(lines)
+
+
+def plot_stats(stats, path):
+    """Draws the span-length histograms (pieces, words) into an image file. Needs matplotlib."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("span length in pieces", stats["span_pieces"])]
+    if stats["span_words"] is not None:
+        panels.append(("span length in words", stats["span_words"]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.5), squeeze=False)
+    for ax, (title, hist) in zip(axes[0], panels):
+        keys = sorted(hist)
+        ax.bar(keys, [hist[k] for k in keys], color="#4c72b0")
+        ax.set_title(title)
+        ax.set_xlabel("length")
+        ax.set_ylabel("spans")
+        ax.set_xticks(keys)
+    fig.suptitle(f"{stats['count']} records, {stats['spans']} masked spans")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# =====================================================================================
+# Finding the files and their settings (corpus_info.json, file names, flags).
+# =====================================================================================
+
+
+class DumpError(Exception):
+    """A problem the CLI reports as one line and a non-zero exit."""
+
+
+_NAME_RE = re.compile(r"bsz-(?P<bsz>\d+)\.seqlen-(?P<seq>\d+)\.(?:reuse-(?P<reuse>\d+)\.)?(?P<uncased>uncased\.)?"
+                      r"(?P<dir>bi|uni)\.alpha-(?P<alpha>\d+)\.beta-(?P<beta>\d+)\.(?:fnp-(?P<fnp>\d+)\.)?tfrecord")
+
+
+def parse_record_filename(name):
+    """Settings encoded in a records file name by format_filename, or {} if it has none."""
+    match = _NAME_RE.search(os.path.basename(name))
+    if not match:
+        return {}
+    out = {"bsz_per_host": int(match["bsz"]), "seq_len": int(match["seq"]), "bi_data": match["dir"] == "bi",
+           "mask_alpha": int(match["alpha"]), "mask_beta": int(match["beta"]), "uncased": bool(match["uncased"])}
+    if match["reuse"]:
+        out["reuse_len"] = int(match["reuse"])
+    if match["fnp"]:
+        out["num_predict"] = int(match["fnp"])
+    return out
+
+
+def _is_record_file(name):
+    return ".tfrecord" in os.path.basename(name) and not name.endswith(".json")
+
+
+def resolve_inputs(paths):
+    """Expands PATH arguments (save_dir, tfrecords/ folder, files, globs) into record files.
+
+    Returns (files, corpus_info_candidates): the files in order, without duplicates, and
+    where to look for corpus_info.json (the save_dir, or the parent of a tfrecords/ folder).
+    """
+    if not paths:
+        raise DumpError("give one or more tfrecords files, a glob or a save_dir (see --help)")
+    files, info_dirs = [], []
+    for path in paths:
+        if os.path.isdir(path):
+            inner = os.path.join(path, "tfrecords")
+            folder = inner if os.path.isdir(inner) else path
+            found = sorted(os.path.join(folder, n) for n in os.listdir(folder)
+                           if _is_record_file(n) and os.path.isfile(os.path.join(folder, n)))
+            if not found:
+                raise DumpError(f"no tfrecords files in {folder}")
+            files.extend(found)
+            info_dirs.append(path)
+        elif os.path.isfile(path):
+            files.append(path)
+        elif glob.has_magic(path):
+            found = sorted(p for p in glob.glob(path) if os.path.isfile(p))
+            if not found:
+                raise DumpError(f"no file matches {path}")
+            files.extend(found)
+        else:
+            raise DumpError(f"no such file or directory: {path}")
+    for path in files:
+        folder = os.path.dirname(os.path.abspath(path))
+        info_dirs.append(folder)
+        if os.path.basename(folder) == "tfrecords":
+            info_dirs.append(os.path.dirname(folder))
+    seen, unique = set(), []
+    for path in files:
+        key = os.path.abspath(path)
+        if key not in seen:
+            seen.add(key)
+            unique.append(path)
+    candidates = []
+    for folder in info_dirs:
+        candidate = os.path.join(folder, "corpus_info.json")
+        if candidate not in candidates:
+            candidates.append(candidate)
+    return unique, candidates
+
+
+def record_info_batches(files):
+    """Sum of num_batch in the record_info-*.json written beside each records file, or None
+    when one of them is missing or unreadable."""
+    total = 0
+    for path in files:
+        name = os.path.basename(path)
+        if name.endswith(".gz"):
+            name = name[:-3]
+        if name.endswith(".tfrecords"):
+            name = name[:-len(".tfrecords")]
+        info_path = os.path.join(os.path.dirname(path), f"record_info-{name}.json")
+        try:
+            with open(info_path, encoding="utf-8") as f:
+                total += int(json.load(f)["num_batch"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    return total
+
+
+def load_corpus_info(path):
+    """corpus_info.json as a dict; DumpError if unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+    except (OSError, ValueError) as err:
+        raise DumpError(f"cannot read {path}: {err}") from None
+    if not isinstance(info, dict):
+        raise DumpError(f"{path} is not a JSON object")
+    return info
+
+
+def resolve_sp_path(sp_path, corpus_info_path=None, input_glob=None, cwd=None):
+    """Where a relative sp_path from corpus_info.json is, or None.
+
+    The original wrote the path relative to the directory it ran in. Tried in order: the
+    directory where `input_glob` (also relative to it) matches files, the current
+    directory, the save_dir's parent, the save_dir, then the save_dir's further ancestors.
+    """
+    if not sp_path:
+        return None
+    if os.path.isabs(sp_path):
+        return sp_path if os.path.isfile(sp_path) else None
+    cwd = cwd or os.getcwd()
+    bases = []
+    if corpus_info_path:
+        save_dir = os.path.dirname(os.path.abspath(corpus_info_path))
+        ancestors = []
+        folder = save_dir
+        while True:
+            ancestors.append(folder)
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
+        if input_glob and not os.path.isabs(input_glob):
+            bases.extend(a for a in ancestors if glob.glob(os.path.join(a, input_glob)))
+        bases.append(cwd)
+        bases.extend(ancestors[1:2] + ancestors[:1] + ancestors[2:])
+    else:
+        bases.append(cwd)
+    for base in bases:
+        candidate = os.path.normpath(os.path.join(base, sp_path))
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+SETTING_KEYS = ("seq_len", "reuse_len", "bsz_per_host", "num_core_per_host", "bi_data", "num_predict")
+
+
+def resolve_settings(files, info_candidates, overrides=None, corpus_info_path=None):
+    """Settings for reading `files`: flags (`overrides`) > corpus_info.json > the file name.
+
+    Returns (settings dict, sources dict name->where from, corpus_info dict or None,
+    corpus_info path or None, warnings list).
+    """
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    warnings = []
+    info, info_path = None, None
+    if corpus_info_path:
+        if not os.path.isfile(corpus_info_path):
+            raise DumpError(f"corpus_info.json not found: {corpus_info_path}")
+        info_path = corpus_info_path
+    else:
+        info_path = next((c for c in info_candidates if os.path.isfile(c)), None)
+    if info_path:
+        info = load_corpus_info(info_path)
+    from_name = parse_record_filename(files[0]) if files else {}
+    settings, sources = {}, {}
+    for key in SETTING_KEYS:
+        for source, values in (("flag", overrides), ("corpus_info.json", info or {}), ("file name", from_name)):
+            if values.get(key) is not None:
+                settings[key] = values[key]
+                sources[key] = source
+                break
+    if info and from_name:
+        clash = [k for k in ("seq_len", "reuse_len", "bsz_per_host", "bi_data")
+                 if k in from_name and k in info and from_name[k] != info[k]]
+        if clash:
+            warnings.append(f"{info_path} disagrees with the file name on {', '.join(clash)}; "
+                            "using corpus_info.json (override with flags)")
+    if settings.get("bi_data") and "num_core_per_host" not in settings:
+        settings["num_core_per_host"] = 1
+        sources["num_core_per_host"] = "default"
+        warnings.append("num_core_per_host unknown (no corpus_info.json): assuming 1 to tell backward rows; "
+                        "pass --num_core_per_host")
+    if "bi_data" not in settings:
+        settings["bi_data"] = False
+        sources["bi_data"] = "default"
+        warnings.append("bi_data unknown: treating every row as forward; pass --bi_data")
+    return settings, sources, info, info_path, warnings
+
+
+# =====================================================================================
+# The command line (absl flags live only here).
+# =====================================================================================
+
+
+def _define_flags():
+    from absl import flags
+
+    if "stats" in flags.FLAGS:
+        return flags.FLAGS
+    flags.DEFINE_enum("format", "text", ["text", "json"],
+                      "text: a readable view per example; json: one JSON object per example per line "
+                      "(with --stats: the statistics as one JSON object).")
+    flags.DEFINE_boolean("stats", False, "Print statistics over all selected records instead of the examples.")
+    flags.DEFINE_string("plot", None, "With --stats (implied): draw the span-length histograms into this "
+                        "image file (PNG). Needs matplotlib (pip install 'xlnet-data[plot]').")
+    flags.DEFINE_integer("limit", None, "Show at most this many examples, counted over all files (with --stats: "
+                         "count only these).", lower_bound=0)
+    flags.DEFINE_integer("skip", 0, "Skip this many records first, counted over all files (also for --stats).",
+                         lower_bound=0)
+    flags.DEFINE_integer("example", None, "Show only the example with this index (0-based, counted over all "
+                         "files); same as --skip=K --limit=1.", lower_bound=0)
+    flags.DEFINE_string("sp_path", None, "SentencePiece model to decode ids (default: corpus_info.json's "
+                        "sp_path, resolved against the save_dir's parent and the current directory).")
+    flags.DEFINE_string("corpus_info", None, "corpus_info.json to use (default: beside the records: the "
+                        "save_dir, or the parent of the tfrecords/ folder).")
+    flags.DEFINE_integer("seq_len", None, "Override the sequence length (default: corpus_info.json, the "
+                         "file name, or the records).", lower_bound=4)
+    flags.DEFINE_integer("reuse_len", None, "Override the memory length (default: corpus_info.json, the file "
+                         "name, else seq_len/2).", lower_bound=0)
+    flags.DEFINE_integer("bsz_per_host", None, "Override the batch size (records per batch) used to count "
+                         "batches and tell backward rows.", lower_bound=1)
+    flags.DEFINE_integer("num_core_per_host", None, "Override the number of cores (with bi_data, each core's "
+                         "forward rows are followed by their reversed copies).", lower_bound=1)
+    flags.DEFINE_boolean("bi_data", None, "Override whether the records were written with bi_data "
+                         "(backward rows are shown flipped into reading order).")
+    flags.DEFINE_enum("color", "auto", ["auto", "always", "never"],
+                      "Colour masked pieces: auto = only when stdout is a terminal (and NO_COLOR is unset).")
+    flags.DEFINE_boolean("strict", False, "Exit 1 when a record fails the layout or target checks.")
+    flags.DEFINE_boolean("verify_crc", True, "Check every record's CRC (--noverify_crc skips it).")
+    return flags.FLAGS
+
+
+def _plot_available():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _selected_records(files, skip, limit, verify_crc):
+    """Yields (global index, file, record index, offset, payload) for the selected records."""
+    index = 0
+    shown = 0
+    for path in files:
+        for record, offset, payload in iter_records(path, verify_crc=verify_crc):
+            if limit is not None and shown >= limit:
+                return
+            if index >= skip:
+                shown += 1
+                yield index, path, record, offset, payload
+            index += 1
+
+
+def _main(argv):
+    FLAGS = _define_flags()
+    out, err = sys.stdout, sys.stderr
+    for stream in (out, err):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):
+            pass
+    try:
+        return _dump(argv[1:], FLAGS, out, err)
+    except (DumpError, RecordError, _vocab.VocabError) as error:
+        out.flush()
+        print(f"error: {error}", file=err)
+        return 1
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _dump(paths, FLAGS, out, err):
+    skip, limit = FLAGS.skip, FLAGS.limit
+    if FLAGS.example is not None:
+        if FLAGS.skip or FLAGS.limit is not None:
+            raise DumpError("--example cannot be combined with --skip or --limit")
+        skip, limit = FLAGS.example, 1
+    want_stats = FLAGS.stats or FLAGS.plot
+    if FLAGS.plot and not _plot_available():
+        raise DumpError("--plot needs matplotlib: pip install matplotlib (or pip install 'xlnet-data[plot]')")
+
+    files, candidates = resolve_inputs(paths)
+    overrides = {k: getattr(FLAGS, k) for k in SETTING_KEYS if k != "num_predict"}
+    settings, sources, info, info_path, warnings = resolve_settings(
+        files, candidates, overrides, corpus_info_path=FLAGS.corpus_info)
+
+    sp = None
+    if FLAGS.sp_path:
+        sp = _vocab.load_sentencepiece(FLAGS.sp_path)
+        sp_where = FLAGS.sp_path
+    else:
+        declared = (info or {}).get("sp_path")
+        found = resolve_sp_path(declared, info_path, (info or {}).get("input_glob"))
+        if found:
+            try:
+                sp = _vocab.load_sentencepiece(found)
+                sp_where = found
+            except _vocab.VocabError as error:
+                warnings.append(f"{error}; showing ids (pass --sp_path)")
+        else:
+            why = (f"corpus_info.json's sp_path {declared!r} not found" if declared
+                   else "no SentencePiece model known")
+            warnings.append(f"{why}: showing ids, no word statistics (pass --sp_path)")
+    for warning in warnings:
+        print(f"warning: {warning}", file=err)
+
+    seq_len = settings.get("seq_len")
+    reuse_len = settings.get("reuse_len")
+    bsz = settings.get("bsz_per_host")
+    vocab_size = sp.get_piece_size() if sp is not None else None
+    color = FLAGS.color == "always" or (FLAGS.color == "auto" and out.isatty() and not os.environ.get("NO_COLOR"))
+
+    def decoded_stream(with_sp):
+        for index, path, record, offset, payload in _selected_records(files, skip, limit, FLAGS.verify_crc):
+            try:
+                features = parse_example(payload, seq_len=seq_len, vocab_size=vocab_size)
+            except SchemaError as error:
+                raise RecordError(path, record, str(error), offset) from None
+            reverse = is_backward_row(record, bsz, settings.get("num_core_per_host"), settings.get("bi_data"))
+            decoded = decode_example(features, sp if with_sp else None, reuse_len, reverse)
+            yield index, path, record, decoded
+
+    if want_stats:
+        def plain():
+            for _, _, _, decoded in decoded_stream(False):
+                yield decoded
+
+        table = _vocab.start_piece_table(sp) if sp is not None else None
+        stats = compute_stats(plain(), start_table=table, bsz_per_host=bsz)
+        stats["files"] = files
+        stats["settings"] = settings
+        if skip == 0 and limit is None:
+            stats["record_info_num_batch"] = record_info_batches(files)
+        if FLAGS.format == "json":
+            print(json.dumps(stats, default=_json_default), file=out)
+        else:
+            print(_preamble(files, settings, sources, info_path, sp and sp_where), file=out)
+            print(format_stats(stats), file=out)
+        if FLAGS.plot:
+            plot_stats(stats, FLAGS.plot)
+            print(f"wrote {FLAGS.plot}", file=err)
+        return 1 if FLAGS.strict and stats["records_failing_checks"] else 0
+
+    if FLAGS.format == "text":
+        print(_preamble(files, settings, sources, info_path, sp and sp_where), file=out)
+    shown = failing = 0
+    for index, path, record, decoded in decoded_stream(True):
+        shown += 1
+        check = decoded["target_check"]
+        if decoded["problems"] or check["num_violations"]:
+            failing += 1
+        if FLAGS.format == "json":
+            print(json.dumps(example_to_json(decoded, index=index, file=path, record=record),
+                             ensure_ascii=False), file=out)
+        else:
+            row = record % bsz if bsz else None
+            where = f"{os.path.basename(path)}:{record}" if len(files) > 1 or index != record else f"record {record}"
+            print(format_example(decoded, index=index, where=where, color=color, row=row), file=out)
+            print(file=out)
+    if FLAGS.format == "text":
+        verdict = "all checks pass" if not failing else f"{failing} FAIL the layout/target checks"
+        print(f"# {shown} example(s) shown; {verdict}", file=out)
+    return 1 if FLAGS.strict and failing else 0
+
+
+def _json_default(value):
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    raise TypeError(type(value).__name__)
+
+
+def _preamble(files, settings, sources, info_path, sp_where):
+    shown = ", ".join(files[:3]) + (f" … ({len(files)} files)" if len(files) > 3 else "")
+    parts = [f"{k} {settings[k]} ({sources.get(k)})" for k in SETTING_KEYS if k in settings]
+    lines = [f"# files: {shown}", f"# settings: {'; '.join(parts)}"]
+    lines.append(f"# corpus_info: {info_path or 'none'}; SentencePiece: {sp_where or 'none (ids shown)'}")
+    return "\n".join(lines)
+
+
+def run():
+    """Entry point of `python -m xlnet_data.dump` and `xlnet-data-dump`."""
+    from absl import app
+
+    main_module = sys.modules.get("__main__")
+    if main_module is not None and not getattr(main_module, "__doc__", None):
+        try:
+            main_module.__doc__ = __doc__
+        except (AttributeError, TypeError):
+            pass
+    _define_flags()
+    app.run(_main)
+
+
+if __name__ == "__main__":
+    run()
