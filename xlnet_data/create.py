@@ -4,21 +4,17 @@ Every flag of the original keeps its name, type and default; see README.md for a
 """
 
 import dataclasses
-import json
 import logging
-import multiprocessing
-import os
 import sys
-import threading
 import time
 
 from absl import app, flags
 
-from xlnet_data import fileio, pipeline
 from xlnet_data.config import SPAN_UNITS, SPLITS, ConfigError, CreateConfig
 from xlnet_data.corpus import InputError
-from xlnet_data.progress import Progress
-from xlnet_data.vocab import VocabError, load_sentencepiece
+from xlnet_data.plan import CreateError, make_plan, prepare_save_dir
+from xlnet_data.vocab import VocabError
+from xlnet_data.workers import run_local
 
 log = logging.getLogger("xlnet_data")
 FLAGS = flags.FLAGS
@@ -59,136 +55,9 @@ flags.DEFINE_bool("strict", False, "Stop on a line that is not valid UTF-8 inste
 flags.DEFINE_bool("overwrite", False, "Redo units that are already complete, and accept a save_dir written with other flags.")
 
 
-class CreateError(Exception):
-    """A problem with flags, inputs or outputs, reported as one line before anything is written."""
-
-
 def config_from_flags() -> CreateConfig:
     fields = {f.name for f in dataclasses.fields(CreateConfig)}
     return CreateConfig(**{name: FLAGS[name].value for name in fields}).validate()
-
-
-def _check_save_dir(config, info, overwrite):
-    path = os.path.join(config.save_dir, "corpus_info.json")
-    if overwrite or not fileio.exists(path):
-        return
-    try:
-        existing = json.loads(fileio.read_text(path))
-    except (OSError, ValueError):
-        return
-    differ = [f"{k} {existing.get(k)!r} there, {v!r} here" for k, v in info.items() if existing.get(k) != v]
-    if differ:
-        raise CreateError(f"{config.save_dir} holds data made with other flags ({'; '.join(differ)}); "
-                          "use another --save_dir, or --overwrite")
-
-
-def _unit_is_complete(config, unit):
-    """A unit is complete when its record_info exists (it is written last) and names the same settings."""
-    record_path, info_path = pipeline.record_paths(config, unit)
-    if not fileio.exists(info_path):
-        return False
-    try:
-        info = json.loads(fileio.read_text(info_path))
-    except (OSError, ValueError):
-        return False
-    if info.get("create_settings") != pipeline.record_settings(config):
-        raise CreateError(f"{info_path} was written with other flags; use another --save_dir, or --overwrite")
-    return fileio.exists(record_path)
-
-
-# ---- worker processes ----
-_counters = None  # shared [lines, tokens, records, chars]
-
-
-def _init_worker(counters):
-    global _counters
-    _counters = counters
-    logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(message)s")
-
-
-def _count(lines, tokens, chars):
-    with _counters.get_lock():
-        _counters[0] += lines
-        _counters[1] += tokens
-        _counters[3] += chars
-
-
-def _count_steps(records):
-    with _counters.get_lock():
-        _counters[2] += records
-
-
-def _run_unit(config, unit, files):
-    sp = load_sentencepiece(config.sp_path)
-    return pipeline.run_unit(config, unit, files, sp, on_progress=_count,
-                             on_records=_count_steps)
-
-
-def create(config: CreateConfig, num_workers=None, overwrite=False):
-    """Runs every unit of `config`; returns their UnitResults. Raises CreateError, InputError, VocabError."""
-    sp = load_sentencepiece(config.sp_path)
-    paths = fileio.glob(config.input_glob)
-    if not paths:
-        raise CreateError(f"no file matches --input_glob={config.input_glob}")
-    missing = [p for p in paths if not fileio.is_remote(p) and not os.access(p, os.R_OK)]
-    if missing:
-        raise InputError(f"{missing[0]}: cannot be read (permissions)")
-    info = pipeline.corpus_info(config, sp.get_piece_size())
-    _check_save_dir(config, info, overwrite)
-
-    units = []
-    for unit in pipeline.plan_units(config):
-        files = paths[unit.task::config.num_task]
-        if not files:
-            log.info("task %d has no file to process (%d files, %d tasks)", unit.task, len(paths), config.num_task)
-        elif not overwrite and _unit_is_complete(config, unit):
-            log.info("task %d pass %d is complete already (its record_info exists); skipped, "
-                     "--overwrite redoes it", unit.task, unit.pass_id)
-        else:
-            units.append((unit, files))
-
-    fileio.makedirs(os.path.join(config.save_dir, "tfrecords"))
-    if 0 in config.tasks:
-        fileio.write_text_atomic(os.path.join(config.save_dir, "corpus_info.json"), json.dumps(info))
-    if not units:
-        return []
-
-    total_chars = sum(_size(p) for _, files in units for p in files)
-    counters = multiprocessing.get_context("spawn").Array("q", 4)
-    progress = Progress(total_chars)
-    num_workers = min(len(units), num_workers or os.cpu_count() or 1)
-    done = []
-    stop = threading.Event()
-
-    def report():
-        while not stop.wait(0.5):
-            progress.update(counters[0], counters[1], counters[2], counters[3], len(done), len(units))
-
-    reporter = threading.Thread(target=report, daemon=True)
-    reporter.start()
-    try:
-        if num_workers == 1:
-            _init_worker(counters)
-            for unit, files in units:
-                done.append(_run_unit(config, unit, files))
-        else:
-            ctx = multiprocessing.get_context("spawn")
-            with ctx.Pool(num_workers, initializer=_init_worker, initargs=(counters,)) as pool:
-                for result in pool.starmap(_run_unit, [(config, unit, files) for unit, files in units],
-                                           chunksize=1):
-                    done.append(result)
-    finally:
-        stop.set()
-        reporter.join()
-        progress.close()
-    return done
-
-
-def _size(path):
-    try:
-        return os.path.getsize(path) if not fileio.is_remote(path) else 0
-    except OSError:
-        return 0
 
 
 def _parse_flags(argv):
@@ -205,7 +74,9 @@ def main(argv):
     start = time.time()
     try:
         config = config_from_flags()
-        results = create(config, FLAGS.num_workers, FLAGS.overwrite)
+        plan = make_plan(config, FLAGS.overwrite)
+        prepare_save_dir(config, plan)
+        results = run_local(config, plan, FLAGS.num_workers)
     except (ConfigError, CreateError, InputError, VocabError) as err:
         print(f"create: error: {err}", file=sys.stderr)
         return 2

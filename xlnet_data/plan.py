@@ -1,0 +1,95 @@
+"""What a `create` run will do: the checks made before anything is written, and the units left to run.
+
+Shared by the local runner (worker processes) and the Beam runner, so both skip the same complete
+units, refuse the same conflicting save_dir, and write corpus_info.json the same way.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+from typing import List, Tuple
+
+from xlnet_data import fileio, pipeline
+from xlnet_data.config import CreateConfig
+from xlnet_data.corpus import InputError
+from xlnet_data.vocab import load_sentencepiece
+
+log = logging.getLogger("xlnet_data")
+
+
+class CreateError(Exception):
+    """A problem with flags, inputs or outputs, reported as one line before anything is written."""
+
+
+@dataclasses.dataclass
+class Plan:
+    corpus_info: dict
+    units: List[Tuple[pipeline.Unit, List[str]]]  # (unit, its files) still to run
+    input_bytes: int
+
+
+def _check_save_dir(config, info, overwrite):
+    path = os.path.join(config.save_dir, "corpus_info.json")
+    if overwrite or not fileio.exists(path):
+        return
+    try:
+        existing = json.loads(fileio.read_text(path))
+    except (OSError, ValueError):
+        return
+    differ = [f"{k} {existing.get(k)!r} there, {v!r} here" for k, v in info.items() if existing.get(k) != v]
+    if differ:
+        raise CreateError(f"{config.save_dir} holds data made with other flags ({'; '.join(differ)}); "
+                          "use another --save_dir, or --overwrite")
+
+
+def unit_is_complete(config, unit):
+    """A unit is complete when its record_info exists (it is written last) and names the same settings."""
+    record_path, info_path = pipeline.record_paths(config, unit)
+    if not fileio.exists(info_path):
+        return False
+    try:
+        info = json.loads(fileio.read_text(info_path))
+    except (OSError, ValueError):
+        return False
+    if info.get("create_settings") != pipeline.record_settings(config):
+        raise CreateError(f"{info_path} was written with other flags; use another --save_dir, or --overwrite")
+    return fileio.exists(record_path)
+
+
+def _size(path):
+    try:
+        return 0 if fileio.is_remote(path) else os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def make_plan(config: CreateConfig, overwrite=False) -> Plan:
+    """Checks the model, the inputs and the save_dir; lists the units to run. Writes nothing."""
+    sp = load_sentencepiece(config.sp_path)
+    paths = fileio.glob(config.input_glob)
+    if not paths:
+        raise CreateError(f"no file matches --input_glob={config.input_glob}")
+    unreadable = [p for p in paths if not fileio.is_remote(p) and not os.access(p, os.R_OK)]
+    if unreadable:
+        raise InputError(f"{unreadable[0]}: cannot be read (permissions)")
+    info = pipeline.corpus_info(config, sp.get_piece_size())
+    _check_save_dir(config, info, overwrite)
+    units = []
+    for unit in pipeline.plan_units(config):
+        files = paths[unit.task::config.num_task]
+        if not files:
+            log.info("task %d has no file to process (%d files, %d tasks)", unit.task, len(paths), config.num_task)
+        elif not overwrite and unit_is_complete(config, unit):
+            log.info("task %d pass %d is complete already (its record_info exists); skipped, "
+                     "--overwrite redoes it", unit.task, unit.pass_id)
+        else:
+            units.append((unit, files))
+    return Plan(info, units, sum(_size(p) for _, files in units for p in files))
+
+
+def prepare_save_dir(config: CreateConfig, plan: Plan):
+    """Makes save_dir/tfrecords and writes corpus_info.json (when task 0 is part of the run, as the original)."""
+    fileio.makedirs(os.path.join(config.save_dir, "tfrecords"))
+    if 0 in config.tasks:
+        fileio.write_text_atomic(os.path.join(config.save_dir, "corpus_info.json"), json.dumps(plan.corpus_info))

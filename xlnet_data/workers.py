@@ -1,0 +1,72 @@
+"""The local runner: a plan's units in parallel worker processes, with one progress line for all."""
+
+import logging
+import multiprocessing
+import os
+import threading
+
+from xlnet_data import pipeline
+from xlnet_data.config import CreateConfig
+from xlnet_data.plan import Plan
+from xlnet_data.progress import Progress
+from xlnet_data.vocab import load_sentencepiece
+
+_counters = None  # shared by the workers: [lines, tokens, records, chars read]
+
+
+def _init_worker(counters):
+    global _counters
+    _counters = counters
+    logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(message)s")
+
+
+def _count_input(lines, tokens, chars):
+    with _counters.get_lock():
+        _counters[0] += lines
+        _counters[1] += tokens
+        _counters[3] += chars
+
+
+def _count_records(records):
+    with _counters.get_lock():
+        _counters[2] += records
+
+
+def _run_unit(config, unit, files):
+    sp = load_sentencepiece(config.sp_path)
+    return pipeline.run_unit(config, unit, files, sp, on_progress=_count_input, on_records=_count_records)
+
+
+def run_local(config: CreateConfig, plan: Plan, num_workers=None):
+    """Runs the plan's units, `num_workers` at a time (default: the CPU count); returns their UnitResults."""
+    units = plan.units
+    if not units:
+        return []
+    context = multiprocessing.get_context("spawn")  # no fork: the parent may hold threads
+    counters = context.Array("q", 4)
+    progress = Progress(plan.input_bytes)
+    num_workers = min(len(units), num_workers or os.cpu_count() or 1)
+    done = []
+    stop = threading.Event()
+
+    def report():
+        while not stop.wait(0.5):
+            progress.update(counters[0], counters[1], counters[2], counters[3], len(done), len(units))
+
+    reporter = threading.Thread(target=report, daemon=True)
+    reporter.start()
+    try:
+        if num_workers == 1:
+            _init_worker(counters)
+            for unit, files in units:
+                done.append(_run_unit(config, unit, files))
+        else:
+            with context.Pool(num_workers, initializer=_init_worker, initargs=(counters,)) as pool:
+                jobs = [(config, unit, files) for unit, files in units]
+                for result in pool.starmap(_run_unit, jobs, chunksize=1):
+                    done.append(result)
+    finally:
+        stop.set()
+        reporter.join()
+        progress.close()
+    return done
