@@ -47,3 +47,16 @@ def record_infos(save_dir):
         info = json.loads(Path(path).read_text())
         out[os.path.basename(path)] = (info["num_batch"], [os.path.basename(f) for f in info["filenames"]])
     return out
+
+
+SAMPLE_CORPUS = ROOT / "sample_corpus"
+
+
+@pytest.fixture(scope="session")
+def sample_spm(tmp_path_factory):
+    """A small SentencePiece model with XLNet's special ids, trained on sample_corpus/ (no ../shared needed)."""
+    from xlnet_data import spm_train
+    prefix = str(tmp_path_factory.mktemp("spm") / "sample.v1000")
+    config = spm_train.SpmTrainConfig(input_files=tuple(sorted(map(str, SAMPLE_CORPUS.glob("*.txt")))),
+                                      model_prefix=prefix, vocab_size=1000, num_threads=2)
+    return spm_train.train_sentencepiece(config)

@@ -26,6 +26,7 @@ class FileStats:
     lines: int = 0
     tokens: int = 0
     invalid_utf8_lines: int = 0
+    first_invalid_line: int = 0
     long_lines: int = 0
 
 
@@ -82,6 +83,7 @@ def _decode_lines(path, raw_lines, stats, strict):
                 raise InputError(f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start}); "
                                  "fix the file or drop --strict to replace bad bytes") from None
             stats.invalid_utf8_lines += 1
+            stats.first_invalid_line = stats.first_invalid_line or number
             lines.append(raw.decode("utf-8", errors="replace"))
     return lines
 
@@ -151,8 +153,8 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
             if len(stripped) > LONG_LINE_CHARS:
                 stats.long_lines += 1
                 if not warned_long:
-                    log.warning("%s: a line of %d characters (kept; is the file one sentence per line?)",
-                                path, len(stripped))
+                    log.warning("%s:%d: a line of %d characters (kept; is the file one sentence per line?)",
+                                path, number, len(stripped))
                     warned_long = True
             if from_raw_text:
                 batch.append((True, preprocess_text(stripped, uncased)))
@@ -162,6 +164,9 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
             flush()
     if batch or batch_chars:
         flush()
+    if stats.invalid_utf8_lines:
+        log.warning("%s:%d: %d line(s) not valid UTF-8; bad bytes replaced by U+FFFD (--strict stops instead)",
+                    path, stats.first_invalid_line, stats.invalid_utf8_lines)
     if stats.tokens == 0:
         return None
     return Shard(path, ids_chunks, flag_chunks, stats)

@@ -96,7 +96,7 @@ def _print_summary(results, seconds):
     print(f"done: {len(written)} unit(s), {tokens} tokens, {sum(r.records for r in written)} records "
           f"in {sum(r.num_batch for r in written)} batches, {sum(r.dropped_tokens for r in written)} tail tokens "
           f"dropped, {sum(r.invalid_utf8_lines for r in results)} invalid UTF-8 lines replaced, "
-          f"{seconds:.1f} s", file=sys.stderr)
+          f"{sum(r.skipped_files for r in results)} files without tokens skipped, {seconds:.1f} s", file=sys.stderr)
 
 
 def run():

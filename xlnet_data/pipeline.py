@@ -47,6 +47,7 @@ class UnitResult:
     num_batch: int = 0
     dropped_tokens: int = 0
     invalid_utf8_lines: int = 0
+    skipped_files: int = 0  # files without any token
     seconds: float = 0.0
     record_path: Optional[str] = None
     skipped: str = ""  # why nothing was written, if so
@@ -92,6 +93,7 @@ def read_task_stream(config: CreateConfig, files, sp, result: UnitResult, on_pro
                                   strict=config.strict, on_progress=on_progress)
         if shard is None:
             log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)
+            result.skipped_files += 1
             continue
         shards.append(shard)
         result.files += 1

@@ -70,9 +70,10 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
     paths = fileio.glob(config.input_glob)
     if not paths:
         raise CreateError(f"no file matches --input_glob={config.input_glob}")
-    unreadable = [p for p in paths if not fileio.is_remote(p) and not os.access(p, os.R_OK)]
-    if unreadable:
-        raise InputError(f"{unreadable[0]}: cannot be read (permissions)")
+    for path in paths:
+        if not fileio.is_remote(path) and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+            why = "is not a file" if not os.path.isfile(path) else "cannot be read (permissions)"
+            raise InputError(f"{path} {why}; fix --input_glob={config.input_glob} or the file")
     info = pipeline.corpus_info(config, sp.get_piece_size())
     _check_save_dir(config, info, overwrite)
     units = []
