@@ -1,0 +1,316 @@
+"""The training input: records -> the permutation-LM features XLNet trains on.
+
+This is the original `data_utils.get_input_fn` in TF2 (see SPEC.md section 6):
+the records of one or more record dirs are read in stream order, and each
+example gets, per part (the first `reuse_len` positions, then the rest), a local
+permutation of block size `perm_size` from which `perm_mask`, `target_mask`,
+`input_k`, `input_q` and the next-token `target` are built; with `num_predict`
+the predicted positions are gathered into a padded `target_mapping`.
+
+Convention: every feature is batch-major, exactly as the original parser
+emits it (ints int32, floats float32):
+
+    input_k        [bsz, seq_len]            int32   token ids
+    input_q        [bsz, seq_len]            float32 1 where the token is predicted
+    seg_id         [bsz, seq_len]            int32
+    perm_mask      [bsz, seq_len, seq_len]   float32 [b, i, j] = 1: i may not attend to j
+    target         [bsz, num_predict]        int32   (or [bsz, seq_len] without num_predict)
+    target_mask    [bsz, num_predict]        float32 (or [bsz, seq_len])
+    target_mapping [bsz, num_predict, seq_len] float32 one-hot rows, zero rows pad
+    label          [bsz, 1]                  int32
+
+The model (`xlnet_data.modeling`) transposes to time-major itself.
+
+Differences from the original, all deliberate:
+- `num_passes` really selects passes 0..num_passes-1 (the original parses the
+  pass id from the wrong field count and never skips a file);
+- no file shuffling and no `cache()` by default: examples stay in stream order
+  (memory needs consecutive batches) and a large corpus is not held in RAM;
+- the permutation is injectable, and by default it is drawn statelessly from
+  (seed, example index, part), so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import itertools
+import json
+import os
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from xlnet_data.records import format_filename
+from xlnet_data.vocab import CLS_ID, SEP_ID
+
+# (example index in the stream [int64 scalar tensor], part 0 = first reuse_len
+# positions / 1 = the rest) -> a permutation of range(perm_size) [int tensor].
+PermutationFn = Callable[[tf.Tensor, int], tf.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class InputConfig:
+    """What the records were made with, and how to cut them into training features.
+
+    `bsz_per_host`, `bi_data`, `mask_alpha`, `mask_beta`, `uncased` and
+    `num_predict` only name the record files (the original's file-name scheme);
+    `num_predict` also fixes the padded prediction count. `num_core_per_host`
+    should be the one the records were made with (corpus_info.json): with
+    bi_data each core's block of rows is its own forward + backward halves.
+    """
+
+    seq_len: int
+    reuse_len: int
+    perm_size: int
+    bsz_per_host: int
+    num_predict: Optional[int] = None
+    num_core_per_host: int = 1
+    bi_data: bool = True
+    mask_alpha: int = 6
+    mask_beta: int = 1
+    uncased: bool = False
+    split: str = "train"
+    num_passes: Optional[int] = None
+
+    def __post_init__(self):
+        non_reuse_len = self.seq_len - self.reuse_len
+        if not 0 < self.reuse_len < self.seq_len:
+            raise ValueError(f"need 0 < reuse_len ({self.reuse_len}) < seq_len ({self.seq_len})")
+        # The original asserts this: a permutation block crossing into the
+        # other part would leak the memory part's future into the past.
+        if not 0 < self.perm_size <= min(self.reuse_len, non_reuse_len):
+            raise ValueError(f"perm_size ({self.perm_size}) must be in 1..min(reuse_len, seq_len - reuse_len)"
+                             f" = {min(self.reuse_len, non_reuse_len)}")
+        if self.reuse_len % self.perm_size or non_reuse_len % self.perm_size:
+            raise ValueError(f"perm_size ({self.perm_size}) must divide reuse_len ({self.reuse_len}) "
+                             f"and seq_len - reuse_len ({non_reuse_len})")
+        if self.bsz_per_host % self.num_core_per_host:
+            raise ValueError(f"bsz_per_host ({self.bsz_per_host}) must be a multiple of "
+                             f"num_core_per_host ({self.num_core_per_host})")
+        if self.num_predict is not None and self.num_predict <= 0:
+            raise ValueError(f"num_predict must be positive, got {self.num_predict}")
+
+    @property
+    def bsz_per_core(self) -> int:
+        """The batch one replica gets; with bi_data its halves are forward and backward rows."""
+        return self.bsz_per_host // self.num_core_per_host
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordInfo:
+    """The record files chosen for training, in stream order, and their batch count (of bsz_per_host)."""
+
+    filenames: tuple[str, ...]
+    num_batch: int
+
+
+def _pass_id(record_info_path: str) -> int:
+    # "record_info-{split}-{task}-{pass}.bsz-…json": the pass is the last '-' field before the first '.'.
+    return int(os.path.basename(record_info_path).split(".")[0].split("-")[-1])
+
+
+def _resolve_record_file(record_dir: str, filename: str) -> str:
+    """The file a record_info entry names, looked up in `record_dir` (as the original does).
+
+    The info files name `….tfrecords`; a gzipped copy `….tfrecords.gz` is accepted too.
+    """
+    path = os.path.join(record_dir, os.path.basename(filename))
+    for candidate in (path, path + ".gz"):
+        if os.path.isfile(candidate):
+            return candidate
+    raise FileNotFoundError(f"record file {path} (or {path}.gz) listed in a record_info file is missing")
+
+
+def find_records(record_info_dir: str, config: InputConfig) -> RecordInfo:
+    """Collects the record files of comma-separated record dirs, like the original's get_input_fn.
+
+    Dirs are taken in the given order, record_info files sorted within a dir.
+    """
+    pattern = format_filename(
+        prefix=f"record_info-{config.split}-*", bsz_per_host=config.bsz_per_host, seq_len=config.seq_len,
+        bi_data=config.bi_data, suffix="json", mask_alpha=config.mask_alpha, mask_beta=config.mask_beta,
+        reuse_len=config.reuse_len, uncased=config.uncased, fixed_num_predict=config.num_predict)
+    filenames: list[str] = []
+    num_batch = 0
+    for record_dir in record_info_dir.split(","):
+        info_paths = sorted(glob.glob(os.path.join(record_dir, pattern)))
+        if not info_paths:
+            raise FileNotFoundError(f"no record_info file matches {os.path.join(record_dir, pattern)}")
+        for info_path in info_paths:
+            if config.num_passes is not None and _pass_id(info_path) >= config.num_passes:
+                continue
+            with open(info_path) as fp:
+                info = json.load(fp)
+            num_batch += int(info["num_batch"])
+            filenames += [_resolve_record_file(record_dir, name) for name in info["filenames"]]
+    return RecordInfo(tuple(filenames), num_batch)
+
+
+def _read_records(filenames: Sequence[str]) -> tf.data.Dataset:
+    """Serialized records of all files, in order; gzip is decided per file by its `.gz` suffix."""
+    datasets = [
+        tf.data.TFRecordDataset(list(group), compression_type="GZIP" if gz else "")
+        for gz, group in itertools.groupby(filenames, key=lambda name: name.endswith(".gz"))
+    ]
+    dataset = datasets[0]
+    for more in datasets[1:]:
+        dataset = dataset.concatenate(more)
+    return dataset
+
+
+def random_permutation(seed: int, perm_size: int) -> PermutationFn:
+    """The default permutation: uniform, drawn statelessly from (seed, example index, part).
+
+    Stateless so that the same seed gives the same features on every run and
+    every number of parallel map calls.
+    """
+
+    def permutation(example_index: tf.Tensor, part: int) -> tf.Tensor:
+        op_seed = tf.stack([tf.cast(seed, tf.int64), tf.cast(example_index, tf.int64) * 2 + part])
+        return tf.argsort(tf.random.stateless_uniform([perm_size], seed=op_seed))
+
+    return permutation
+
+
+def _local_perm(inputs: tf.Tensor, targets: tf.Tensor, is_masked: tf.Tensor, perm: tf.Tensor,
+                perm_size: int, length: int):
+    """The original's `_local_perm` for one part of `length` positions.
+
+    `perm` is the shuffle of the `perm_size` rows that the original draws with
+    tf.random_shuffle: position b*perm_size + j gets the factorization-order
+    index b*perm_size + perm[j] (the same permutation in every block).
+    """
+    num_blocks = length // perm_size
+    index = tf.reshape(tf.range(num_blocks, dtype=tf.int64)[:, None] * perm_size
+                       + tf.cast(perm, tf.int64)[None, :], [length])
+
+    non_func_tokens = tf.logical_not(tf.logical_or(tf.equal(inputs, SEP_ID), tf.equal(inputs, CLS_ID)))
+    non_mask_tokens = tf.logical_and(tf.logical_not(is_masked), non_func_tokens)
+    masked_or_func_tokens = tf.logical_not(non_mask_tokens)
+
+    # Ordinary tokens get the smallest index (-1): everyone sees them, they see no masked token.
+    rev_index = tf.where(non_mask_tokens, -tf.ones([length], dtype=tf.int64), index)
+
+    # Predicted tokens: masked ones that are not <sep>/<cls>.
+    target_tokens = tf.logical_and(masked_or_func_tokens, non_func_tokens)
+    target_mask = tf.cast(target_tokens, tf.float32)
+
+    # A predicted token may not see itself; others (incl. <sep>/<cls>) may.
+    self_rev_index = tf.where(target_tokens, rev_index, rev_index + 1)
+    perm_mask = tf.cast(tf.logical_and(self_rev_index[:, None] <= rev_index[None, :], masked_or_func_tokens),
+                        tf.float32)
+
+    # The record's `target` is the next token; the model predicts the current one.
+    new_targets = tf.concat([inputs[0:1], targets[:-1]], axis=0)
+    return perm_mask, new_targets, target_mask, inputs, target_mask
+
+
+def make_parser(config: InputConfig, permutation: PermutationFn):
+    """The per-example function (example index, serialized record) -> feature dict."""
+    seq_len, reuse_len, perm_size = config.seq_len, config.reuse_len, config.perm_size
+    non_reuse_len = seq_len - reuse_len
+    num_predict = config.num_predict
+    record_spec = {
+        "input": tf.io.FixedLenFeature([seq_len], tf.int64),
+        "target": tf.io.FixedLenFeature([seq_len], tf.int64),
+        "seg_id": tf.io.FixedLenFeature([seq_len], tf.int64),
+        "label": tf.io.FixedLenFeature([1], tf.int64),
+        "is_masked": tf.io.FixedLenFeature([seq_len], tf.int64),
+    }
+
+    def parse(example_index: tf.Tensor, record: tf.Tensor) -> dict[str, tf.Tensor]:
+        example = tf.io.parse_single_example(record, record_spec)
+        inputs = example["input"]
+        target = example["target"]
+        is_masked = tf.cast(example["is_masked"], tf.bool)
+
+        perm_mask_0, target_0, target_mask_0, input_k_0, input_q_0 = _local_perm(
+            inputs[:reuse_len], target[:reuse_len], is_masked[:reuse_len],
+            permutation(example_index, 0), perm_size, reuse_len)
+        perm_mask_1, target_1, target_mask_1, input_k_1, input_q_1 = _local_perm(
+            inputs[reuse_len:], target[reuse_len:], is_masked[reuse_len:],
+            permutation(example_index, 1), perm_size, non_reuse_len)
+
+        # The memory part never sees the rest (it is cached for the next batch,
+        # which must not have seen this batch's future); the rest sees all of it.
+        perm_mask = tf.concat([
+            tf.concat([perm_mask_0, tf.ones([reuse_len, non_reuse_len])], axis=1),
+            tf.concat([tf.zeros([non_reuse_len, reuse_len]), perm_mask_1], axis=1),
+        ], axis=0)
+        target = tf.concat([target_0, target_1], axis=0)
+        target_mask = tf.concat([target_mask_0, target_mask_1], axis=0)
+
+        features = {
+            "input_k": tf.cast(tf.concat([input_k_0, input_k_1], axis=0), tf.int32),
+            "input_q": tf.concat([input_q_0, input_q_1], axis=0),
+            "seg_id": tf.cast(example["seg_id"], tf.int32),
+            "label": tf.cast(example["label"], tf.int32),
+            "perm_mask": perm_mask,
+        }
+        if num_predict is None:
+            features["target"] = tf.cast(target, tf.int32)
+            features["target_mask"] = target_mask
+        else:
+            predicted = tf.cast(target_mask, tf.bool)
+            indices = tf.boolean_mask(tf.range(seq_len, dtype=tf.int64), predicted)
+            actual = tf.shape(indices)[0]
+            # The original would fail here with a shape error; say why instead.
+            with tf.control_dependencies([tf.debugging.assert_less_equal(
+                    actual, num_predict, message="an example has more predicted tokens than num_predict")]):
+                pad_len = num_predict - actual
+            target_mapping = tf.concat(
+                [tf.one_hot(indices, seq_len, dtype=tf.float32), tf.zeros([pad_len, seq_len])], axis=0)
+            features["target_mapping"] = tf.reshape(target_mapping, [num_predict, seq_len])
+            features["target"] = tf.reshape(tf.cast(tf.concat(
+                [tf.boolean_mask(target, predicted), tf.zeros([pad_len], tf.int64)], axis=0), tf.int32),
+                [num_predict])
+            features["target_mask"] = tf.reshape(tf.concat(
+                [tf.ones([actual]), tf.zeros([pad_len])], axis=0), [num_predict])
+        return features
+
+    return parse
+
+
+def make_dataset(record_info_dir: str, config: InputConfig, *, seed: int = 0,
+                 permutation: Optional[PermutationFn] = None, repeat: bool = True) -> tf.data.Dataset:
+    """Batches of training features (see the module doc), `config.bsz_per_core` examples each.
+
+    record_info_dir: comma-separated record dirs (the original's `record_info_dir`).
+    seed: seeds the default permutation (ignored when `permutation` is given).
+    permutation: (example index, part) -> permutation of range(perm_size);
+      the example index counts records from the start of the stream (repeats included).
+    repeat: cycle through the records forever, as the original does.
+
+    Batches keep the records' order, so batch k+1 continues the rows of batch k
+    (with several cores, replica c gets batches c, c + n, ...) and memory carries over.
+    """
+    records = find_records(record_info_dir, config)
+    if not records.filenames:
+        raise FileNotFoundError(f"no record files selected in {record_info_dir} (num_passes={config.num_passes})")
+    if permutation is None:
+        permutation = random_permutation(seed, config.perm_size)
+    dataset = _read_records(records.filenames)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.enumerate().map(make_parser(config, permutation), num_parallel_calls=tf.data.AUTOTUNE,
+                                      deterministic=True)
+    dataset = dataset.batch(config.bsz_per_core, drop_remainder=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def fixed_permutation(first_part: np.ndarray, second_part: np.ndarray) -> PermutationFn:
+    """A permutation function giving every example the same permutation per part.
+
+    This is how the model goldens were made: features.npz `perm_rows_0` is the
+    permutation of the first reuse_len positions, `perm_rows_1` that of the rest.
+    """
+    tables = (tf.constant(np.asarray(first_part, dtype=np.int64)),
+              tf.constant(np.asarray(second_part, dtype=np.int64)))
+
+    def permutation(example_index: tf.Tensor, part: int) -> tf.Tensor:
+        del example_index
+        return tables[part]
+
+    return permutation

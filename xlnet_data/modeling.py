@@ -1,0 +1,490 @@
+"""XLNet for permutation-LM pretraining in TF2, numerically equal to the original.
+
+Mirrors the original `modeling.transformer_xl` + `lm_loss` as `xlnet.XLNetModel`
+and `function_builder.two_stream_loss` wire them (attn_type "bi", the GPU
+paths: gather embedding, sparse cross-entropy). Variables are plain
+`tf.Variable`s kept under the original's names ("model/transformer/layer_0/
+rel_attn/q/kernel", ...), so original checkpoints load by name and ours load
+into the original.
+
+Typical use (features as `xlnet_data.input_pipeline` makes them):
+
+    model = build_model("xlnet_config.json", RunConfig(mem_len=384, reuse_len=256, bi_data=True))
+    load_checkpoint(model, "init/model.ckpt")            # optional
+    mems = model.initial_mems(bsz)
+    out = model.plm_loss(features, mems, training=True)  # out.total_loss, out.token_loss, out.new_mems
+    mems = out.new_mems                                   # feed to the next batch
+
+Inside, like the original, tensors are time-major ([len, bsz, ...]); the
+features and `token_loss` are batch-major, memories time-major
+([mem_len, bsz, d_model], one per layer).
+
+Equality with the original holds to float32 rounding (about 1e-6 here). On
+GPUs TF runs float32 matmuls in TF32 by default; turn that off
+(tf.config.experimental.enable_tensor_float_32_execution(False)) to compare.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Mapping, NamedTuple, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+_ACTIVATIONS = ("relu", "gelu")
+# contrib.layers.layer_norm's epsilon, which the original uses everywhere.
+_LAYER_NORM_EPSILON = 1e-12
+
+
+@dataclasses.dataclass(frozen=True)
+class XLNetConfig:
+    """What a checkpoint fixes: the original's xlnet_config.json."""
+
+    n_layer: int
+    d_model: int
+    n_head: int
+    d_head: int
+    d_inner: int
+    ff_activation: str
+    untie_r: bool
+    n_token: int
+
+    def __post_init__(self):
+        if self.ff_activation not in _ACTIVATIONS:
+            raise ValueError(f"ff_activation must be one of {_ACTIVATIONS}, got {self.ff_activation!r}")
+
+    @classmethod
+    def from_json(cls, path: str) -> "XLNetConfig":
+        with open(path) as fp:
+            data = json.load(fp)
+        names = [field.name for field in dataclasses.fields(cls)]
+        missing = [name for name in names if name not in data]
+        if missing:
+            raise ValueError(f"{path}: missing {', '.join(missing)}")
+        return cls(**{name: data[name] for name in names})
+
+    def to_json(self, path: str) -> None:
+        with open(path, "w") as fp:
+            json.dump(dataclasses.asdict(self), fp, indent=4, sort_keys=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """What may change from run to run (the original's RunConfig plus its pretraining flags).
+
+    reuse_len: how many leading positions of a batch are cached as memory (0: all).
+    attn_type: "bi" as the original's XLNetModel always uses; "uni" adds a causal
+      mask (and only then does same_length have an effect, as in the original).
+    """
+
+    mem_len: int = 0
+    reuse_len: int = 0
+    bi_data: bool = False
+    clamp_len: int = -1
+    same_length: bool = False
+    attn_type: str = "bi"
+    dropout: float = 0.0
+    dropatt: float = 0.0
+    use_bfloat16: bool = False
+    init: str = "normal"
+    init_std: float = 0.02
+    init_range: float = 0.1
+
+    def __post_init__(self):
+        if self.attn_type not in ("bi", "uni"):
+            raise ValueError(f"attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
+        if self.init not in ("normal", "uniform"):
+            raise ValueError(f"init must be 'normal' or 'uniform', got {self.init!r}")
+
+    @classmethod
+    def from_json(cls, path: str) -> "RunConfig":
+        """Reads the fields this class knows; a run_config.json may also hold data-side keys
+        (seq_len, perm_size, num_predict, bsz_per_core) that belong to the input pipeline."""
+        with open(path) as fp:
+            data = json.load(fp)
+        return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls) if field.name in data})
+
+
+class PLMOutput(NamedTuple):
+    total_loss: tf.Tensor       # scalar float32: mean loss over target_mask
+    token_loss: tf.Tensor       # [bsz, num_predict] (or [bsz, seq_len]) float32, unmasked
+    new_mems: Optional[list]    # per layer [mem_len, bsz, d_model]; None when mem_len == 0
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint lacks a variable the model needs, or holds it with another shape."""
+
+
+def gelu(x: tf.Tensor) -> tf.Tensor:
+    """The original's GELU: the tanh approximation (not tf.nn.gelu's exact erf form)."""
+    cdf = 0.5 * (1.0 + tf.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * tf.pow(x, 3))))
+    return x * cdf
+
+
+def variable_shapes(config: XLNetConfig) -> dict[str, tuple[int, ...]]:
+    """Every variable of the pretraining model, by its name in the original's checkpoints."""
+    d, n, h = config.d_model, config.n_head, config.d_head
+    bias_shape = (config.n_layer, n, h) if config.untie_r else (n, h)
+    shapes = {
+        "model/transformer/word_embedding/lookup_table": (config.n_token, d),
+        "model/transformer/mask_emb/mask_emb": (1, 1, d),
+        "model/transformer/r_w_bias": bias_shape,
+        "model/transformer/r_r_bias": bias_shape,
+        "model/transformer/r_s_bias": bias_shape,
+        "model/transformer/seg_embed": (config.n_layer, 2, n, h),
+    }
+    for i in range(config.n_layer):
+        prefix = f"model/transformer/layer_{i}"
+        for proj in "qkvro":
+            shapes[f"{prefix}/rel_attn/{proj}/kernel"] = (d, n, h)
+        shapes[f"{prefix}/rel_attn/LayerNorm/gamma"] = (d,)
+        shapes[f"{prefix}/rel_attn/LayerNorm/beta"] = (d,)
+        shapes[f"{prefix}/ff/layer_1/kernel"] = (d, config.d_inner)
+        shapes[f"{prefix}/ff/layer_1/bias"] = (config.d_inner,)
+        shapes[f"{prefix}/ff/layer_2/kernel"] = (config.d_inner, d)
+        shapes[f"{prefix}/ff/layer_2/bias"] = (d,)
+        shapes[f"{prefix}/ff/LayerNorm/gamma"] = (d,)
+        shapes[f"{prefix}/ff/LayerNorm/beta"] = (d,)
+    shapes["model/lm_loss/bias"] = (config.n_token,)
+    return shapes
+
+
+def _initial_value(name: str, shape: tuple[int, ...], run: RunConfig, rng: tf.random.Generator) -> tf.Tensor:
+    """The original's initializers: biases and LayerNorm beta 0, gamma 1, mask_emb glorot-uniform
+    (tf.get_variable's default, the original gives it none), everything else `run.init`."""
+    if name.endswith(("/bias", "/beta")):
+        return tf.zeros(shape)
+    if name.endswith("/gamma"):
+        return tf.ones(shape)
+    if name.endswith("mask_emb"):
+        fan_in, fan_out = shape[-2], shape[-1]
+        limit = math.sqrt(6.0 / (fan_in + fan_out))
+        return rng.uniform(shape, -limit, limit)
+    if run.init == "uniform":
+        return rng.uniform(shape, -run.init_range, run.init_range)
+    return rng.normal(shape, stddev=run.init_std)
+
+
+def _layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor) -> tf.Tensor:
+    # Moments in float32 even under bfloat16: bfloat16 variance over d_model is too coarse.
+    x32 = tf.cast(x, tf.float32)
+    mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
+    out = tf.nn.batch_normalization(x32, mean, variance, offset=tf.cast(beta, tf.float32),
+                                    scale=tf.cast(gamma, tf.float32), variance_epsilon=_LAYER_NORM_EPSILON)
+    return tf.cast(out, x.dtype)
+
+
+def _rel_shift(x: tf.Tensor, klen: tf.Tensor) -> tf.Tensor:
+    """[qlen, rlen, ...] scores against relative positions -> [qlen, klen, ...] against keys."""
+    shape = tf.shape(x)
+    x = tf.reshape(x, tf.concat([[shape[1], shape[0]], shape[2:]], 0))[1:]
+    x = tf.reshape(x, tf.concat([[shape[0], shape[1] - 1], shape[2:]], 0))
+    return x[:, :klen]
+
+
+def causal_mask(qlen: tf.Tensor, mlen: tf.Tensor, dtype: tf.DType, same_length: bool) -> tf.Tensor:
+    """The original's `_create_mask` (attn_type "uni"): [qlen, mlen + qlen], 1 = may not attend."""
+    ones = tf.ones([qlen, qlen], dtype=dtype)
+    mask_u = tf.linalg.band_part(ones, 0, -1)
+    mask_dia = tf.linalg.band_part(ones, 0, 0)
+    mask = tf.concat([tf.zeros([qlen, mlen], dtype=dtype), mask_u - mask_dia], 1)
+    if same_length:
+        # As the original: it edits the first qlen columns, which are memory when mlen > 0.
+        mask_l = tf.linalg.band_part(ones, -1, 0)
+        mask = tf.concat([mask[:, :qlen] + mask_l - mask_dia, mask[:, qlen:]], 1)
+    return mask
+
+
+def relative_positional_encoding(qlen: tf.Tensor, klen: tf.Tensor, d_model: int, clamp_len: int,
+                                 attn_type: str, bi_data: bool, dtype: tf.DType) -> tf.Tensor:
+    """Sinusoids of the relative distances klen, klen-1, ... ([rlen, n_dir, d_model]).
+
+    n_dir is 2 with bi_data: [:, 0] for the forward rows (first half of the
+    batch), [:, 1] for the backward rows with negated distances; else 1. The
+    original tiles this over the batch; broadcasting gives the same numbers.
+    """
+    freq_seq = tf.cast(tf.range(0, d_model, 2.0), dtype)
+    inv_freq = 1 / (10000 ** (freq_seq / d_model))
+    end = -qlen if attn_type == "bi" else -1
+
+    def embed(pos_seq):
+        pos_seq = tf.cast(pos_seq, dtype)
+        if clamp_len > 0:
+            pos_seq = tf.clip_by_value(pos_seq, -clamp_len, clamp_len)
+        sinusoid = tf.einsum("i,d->id", pos_seq, inv_freq)
+        return tf.concat([tf.sin(sinusoid), tf.cos(sinusoid)], -1)
+
+    directions = [embed(tf.range(klen, end, -1))]
+    if bi_data:
+        directions.append(embed(tf.range(-klen, -end, 1)))
+    return tf.stack(directions, axis=1)
+
+
+def _cache_mem(curr_out: tf.Tensor, prev_mem: Optional[tf.Tensor], mem_len: int, reuse_len: int):
+    """Next batch's memory of one layer: the last mem_len of (old memory + first reuse_len inputs)."""
+    if not mem_len:
+        return None
+    if reuse_len:
+        curr_out = curr_out[:reuse_len]
+    new_mem = curr_out if prev_mem is None else tf.concat([prev_mem, curr_out], 0)
+    return tf.stop_gradient(new_mem[-mem_len:])
+
+
+class XLNet(tf.Module):
+    """XLNet with the permutation-LM head. Variables: `weights`, a dict keyed by original names."""
+
+    def __init__(self, config: XLNetConfig, run: RunConfig, seed: Optional[int] = None):
+        super().__init__(name="xlnet")
+        self.config = config
+        self.run = run
+        self.compute_dtype = tf.bfloat16 if run.use_bfloat16 else tf.float32
+        if seed is None:
+            rng = tf.random.Generator.from_non_deterministic_state()
+        else:
+            rng = tf.random.Generator.from_seed(seed)
+        # float32 storage even under bfloat16 (as TPU bfloat16_scope does): casts happen on read.
+        self.weights = {name: tf.Variable(_initial_value(name, shape, run, rng), name=name)
+                        for name, shape in variable_shapes(config).items()}
+
+    # ----- helpers -----
+    def _w(self, name: str) -> tf.Tensor:
+        return tf.cast(self.weights["model/" + name], self.compute_dtype)
+
+    def _dropout(self, x: tf.Tensor, rate: float, training: bool) -> tf.Tensor:
+        return tf.nn.dropout(x, rate=rate) if training and rate > 0 else x
+
+    def _bias(self, name: str, layer: int) -> tf.Tensor:
+        bias = self._w(f"transformer/{name}")
+        return bias[layer] if self.config.untie_r else bias
+
+    def initial_mems(self, bsz: int) -> Optional[list]:
+        """Zero memories for the first batch (train_gpu's initialize_mems_np)."""
+        if not self.run.mem_len:
+            return None
+        return [tf.zeros([self.run.mem_len, bsz, self.config.d_model]) for _ in range(self.config.n_layer)]
+
+    # ----- the network -----
+    def _rel_attn_core(self, layer, q_head, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask, training):
+        """Relative attention of one query stream: content + position + segment scores."""
+        scale = 1 / (self.config.d_head ** 0.5)
+        klen = tf.shape(k_head_h)[0]
+        ac = tf.einsum("ibnd,jbnd->ijbn", q_head + self._bias("r_w_bias", layer), k_head_h)
+
+        q_r = q_head + self._bias("r_r_bias", layer)
+        if k_head_r.shape[1] == 1:
+            bd = tf.einsum("ibnd,jnd->ijbn", q_r, k_head_r[:, 0])
+        else:
+            # bi_data: forward half of the batch against [:, 0], backward half against [:, 1].
+            qlen, bsz = tf.shape(q_r)[0], tf.shape(q_r)[1]
+            n, d = self.config.n_head, self.config.d_head
+            q_r = tf.reshape(q_r, [qlen, 2, bsz // 2, n, d])
+            bd = tf.reshape(tf.einsum("ixbnd,jxnd->ijxbn", q_r, k_head_r), [qlen, -1, bsz, n])
+        bd = _rel_shift(bd, klen)
+
+        score = ac + bd
+        if seg_mat is not None:
+            # The original's einsum with a one-hot seg_mat, as a select.
+            ef = tf.einsum("ibnd,snd->ibns", q_head + self._bias("r_s_bias", layer),
+                           self._w("transformer/seg_embed")[layer])
+            score += tf.where(seg_mat[..., None], ef[:, None, :, :, 1], ef[:, None, :, :, 0])
+        score *= scale
+        if attn_mask is not None:
+            score -= 1e30 * attn_mask
+
+        prob = tf.nn.softmax(score, axis=1)
+        prob = self._dropout(prob, self.run.dropatt, training)
+        return tf.einsum("ijbn,jbnd->ibnd", prob, v_head_h)
+
+    def _post_attention(self, prefix, h, attn_vec, training):
+        out = tf.einsum("ibnd,hnd->ibh", attn_vec, self._w(f"{prefix}/o/kernel"))
+        out = self._dropout(out, self.run.dropout, training)
+        return _layer_norm(out + h, self._w(f"{prefix}/LayerNorm/gamma"), self._w(f"{prefix}/LayerNorm/beta"))
+
+    def _ffn(self, prefix, inp, training):
+        activation = tf.nn.relu if self.config.ff_activation == "relu" else gelu
+        out = tf.tensordot(inp, self._w(f"{prefix}/layer_1/kernel"), [[2], [0]]) + self._w(f"{prefix}/layer_1/bias")
+        out = self._dropout(activation(out), self.run.dropout, training)
+        out = tf.tensordot(out, self._w(f"{prefix}/layer_2/kernel"), [[2], [0]]) + self._w(f"{prefix}/layer_2/bias")
+        out = self._dropout(out, self.run.dropout, training)
+        return _layer_norm(out + inp, self._w(f"{prefix}/LayerNorm/gamma"), self._w(f"{prefix}/LayerNorm/beta"))
+
+    def transformer(self, inp_k: tf.Tensor, seg_id: Optional[tf.Tensor] = None, mems: Optional[Sequence] = None,
+                    perm_mask: Optional[tf.Tensor] = None, target_mapping: Optional[tf.Tensor] = None,
+                    inp_q: Optional[tf.Tensor] = None, input_mask: Optional[tf.Tensor] = None,
+                    training: bool = False):
+        """The original's transformer_xl, time-major.
+
+        inp_k [len, bsz] int; seg_id [len, bsz]; mems per layer [mlen, bsz, d_model];
+        perm_mask [len, len, bsz] (1: i may not attend to j); target_mapping
+        [num_predict, len, bsz]; inp_q [len, bsz] (1: predicted; enables the
+        query stream); input_mask [len, bsz] (1: padding).
+        Returns (output, new_mems): the query stream's output ([num_predict or
+        len, bsz, d_model]) when inp_q is given, else the content stream's.
+        """
+        cfg, run, dtype = self.config, self.run, self.compute_dtype
+        qlen, bsz = tf.shape(inp_k)[0], tf.shape(inp_k)[1]
+        if run.bi_data and inp_k.shape[1] is not None and inp_k.shape[1] % 2:
+            raise ValueError(f"bi_data needs an even batch (forward + backward halves), got {inp_k.shape[1]}")
+        if mems is not None:
+            mems = [tf.cast(mem, dtype) for mem in mems]
+        mlen = tf.shape(mems[0])[0] if mems is not None else 0
+        klen = mlen + qlen
+
+        # Attention masks: 1 = may not attend. The content stream (h) may see
+        # itself, the query stream (g) may not.
+        attn_mask = None
+        if run.attn_type == "uni":
+            attn_mask = causal_mask(qlen, mlen, dtype, run.same_length)[:, :, None, None]
+        data_mask = None
+        if perm_mask is not None:
+            data_mask = tf.cast(perm_mask, dtype)
+        if input_mask is not None:
+            input_mask = tf.cast(input_mask, dtype)[None]
+            data_mask = input_mask if data_mask is None else input_mask + data_mask
+        if data_mask is not None:
+            # Memories can always be attended to.
+            data_mask = tf.concat([tf.zeros([tf.shape(data_mask)[0], mlen, bsz], dtype=dtype), data_mask], 1)
+            attn_mask = data_mask[:, :, :, None] if attn_mask is None else attn_mask + data_mask[:, :, :, None]
+        non_tgt_mask = None
+        if attn_mask is not None:
+            attn_mask = tf.cast(attn_mask > 0, dtype)
+            non_tgt_mask = tf.concat([tf.zeros([qlen, mlen], dtype=dtype), -tf.eye(qlen, dtype=dtype)], axis=-1)
+            non_tgt_mask = tf.cast((attn_mask + non_tgt_mask[:, :, None, None]) > 0, dtype)
+
+        # Embeddings: the content stream sees tokens, the query stream only mask_emb.
+        word_emb_k = tf.cast(tf.gather(self.weights["model/transformer/word_embedding/lookup_table"], inp_k), dtype)
+        output_h = self._dropout(word_emb_k, run.dropout, training)
+        output_g = None
+        if inp_q is not None:
+            mask_emb = self._w("transformer/mask_emb/mask_emb")
+            if target_mapping is not None:
+                target_mapping = tf.cast(target_mapping, dtype)
+                word_emb_q = tf.tile(mask_emb, [tf.shape(target_mapping)[0], bsz, 1])
+            else:
+                inp_q_ext = tf.cast(inp_q, dtype)[:, :, None]
+                word_emb_q = inp_q_ext * mask_emb + (1 - inp_q_ext) * word_emb_k
+            output_g = self._dropout(word_emb_q, run.dropout, training)
+
+        # seg_mat[i, j, b]: True when query i and key j (memory counts as
+        # segment 0) are in different segments.
+        seg_mat = None
+        if seg_id is not None:
+            cat_ids = tf.concat([tf.zeros([mlen, bsz], dtype=seg_id.dtype), seg_id], 0)
+            seg_mat = tf.not_equal(seg_id[:, None], cat_ids[None, :])
+
+        pos_emb = relative_positional_encoding(qlen, klen, cfg.d_model, run.clamp_len, run.attn_type,
+                                               run.bi_data, dtype)
+        pos_emb = self._dropout(pos_emb, run.dropout, training)
+
+        new_mems = []
+        for i in range(cfg.n_layer):
+            new_mems.append(_cache_mem(output_h, None if mems is None else mems[i], run.mem_len, run.reuse_len))
+            prefix = f"transformer/layer_{i}/rel_attn"
+            cat = output_h if mems is None else tf.concat([mems[i], output_h], 0)
+            k_head_h = tf.einsum("ibh,hnd->ibnd", cat, self._w(f"{prefix}/k/kernel"))
+            v_head_h = tf.einsum("ibh,hnd->ibnd", cat, self._w(f"{prefix}/v/kernel"))
+            k_head_r = tf.einsum("ixh,hnd->ixnd", pos_emb, self._w(f"{prefix}/r/kernel"))
+            q_kernel = self._w(f"{prefix}/q/kernel")
+
+            q_head_h = tf.einsum("ibh,hnd->ibnd", output_h, q_kernel)
+            attn_vec_h = self._rel_attn_core(i, q_head_h, k_head_h, v_head_h, k_head_r, seg_mat, non_tgt_mask,
+                                             training)
+            new_h = self._post_attention(prefix, output_h, attn_vec_h, training)
+
+            if output_g is not None:
+                q_head_g = tf.einsum("ibh,hnd->ibnd", output_g, q_kernel)
+                if target_mapping is not None:
+                    # Scatter the predictions to their positions, attend, gather back.
+                    q_head_g = tf.einsum("mbnd,mlb->lbnd", q_head_g, target_mapping)
+                    attn_vec_g = self._rel_attn_core(i, q_head_g, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask,
+                                                     training)
+                    attn_vec_g = tf.einsum("lbnd,mlb->mbnd", attn_vec_g, target_mapping)
+                else:
+                    attn_vec_g = self._rel_attn_core(i, q_head_g, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask,
+                                                     training)
+                output_g = self._ffn(f"transformer/layer_{i}/ff",
+                                     self._post_attention(prefix, output_g, attn_vec_g, training), training)
+            output_h = self._ffn(f"transformer/layer_{i}/ff", new_h, training)
+
+        output = output_g if output_g is not None else output_h
+        return self._dropout(output, run.dropout, training), (new_mems if run.mem_len else None)
+
+    def plm_loss(self, features: Mapping[str, tf.Tensor], mems: Optional[Sequence] = None,
+                 training: bool = False) -> PLMOutput:
+        """Permutation-LM loss of a batch of input-pipeline features (batch-major), as two_stream_loss."""
+        inp_k = tf.transpose(features["input_k"], [1, 0])
+        inp_q = tf.transpose(features["input_q"], [1, 0])
+        seg_id = tf.transpose(features["seg_id"], [1, 0])
+        perm_mask = tf.transpose(features["perm_mask"], [1, 2, 0])
+        target_mapping = features.get("target_mapping")
+        if target_mapping is not None:
+            target_mapping = tf.transpose(target_mapping, [1, 2, 0])
+        target = tf.transpose(features["target"], [1, 0])
+        target_mask = tf.cast(tf.transpose(features["target_mask"], [1, 0]), tf.float32)
+
+        output, new_mems = self.transformer(inp_k, seg_id=seg_id, mems=mems, perm_mask=perm_mask,
+                                            target_mapping=target_mapping, inp_q=inp_q, training=training)
+        # LM head tied to the input embedding, plus its own bias; the softmax in
+        # float32 even under bfloat16.
+        logits = tf.einsum("ibd,nd->ibn", output, self._w("transformer/word_embedding/lookup_table"))
+        logits = tf.cast(logits + self._w("lm_loss/bias"), tf.float32)
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target, logits=logits)
+        total_loss = tf.reduce_sum(loss * target_mask) / tf.reduce_sum(target_mask)
+        return PLMOutput(total_loss, tf.transpose(loss, [1, 0]), new_mems)
+
+
+def build_model(xlnet_config: "str | XLNetConfig", run: RunConfig, checkpoint: Optional[str] = None,
+                seed: Optional[int] = None) -> XLNet:
+    """A model from an xlnet_config.json (or config), optionally initialised from a checkpoint."""
+    if not isinstance(xlnet_config, XLNetConfig):
+        xlnet_config = XLNetConfig.from_json(xlnet_config)
+    model = XLNet(xlnet_config, run, seed=seed)
+    if checkpoint:
+        load_checkpoint(model, checkpoint)
+    return model
+
+
+def load_checkpoint(model: XLNet, path: str) -> None:
+    """Loads every model variable by its original name from a TF1-style checkpoint.
+
+    `path` is a checkpoint prefix (".../model.ckpt") or a directory with a
+    `checkpoint` file. Extra variables (global_step, optimizer slots) are
+    ignored. Nothing is assigned unless every variable is present with the
+    right shape; otherwise CheckpointMismatchError lists the offenders.
+    """
+    reader = tf.train.load_checkpoint(path)
+    found = reader.get_variable_to_shape_map()
+    problems = []
+    for name, var in model.weights.items():
+        want = tuple(var.shape)
+        if name not in found:
+            problems.append(f"{name}: missing (expected shape {list(want)})")
+        elif tuple(found[name]) != want:
+            problems.append(f"{name}: expected shape {list(want)}, found {list(found[name])}")
+    if problems:
+        raise CheckpointMismatchError(f"checkpoint {path} does not fit the model: " + "; ".join(problems))
+    for name, var in model.weights.items():
+        var.assign(tf.cast(reader.get_tensor(name), var.dtype))
+
+
+def save_checkpoint(model: XLNet, path: str) -> str:
+    """Writes the variables under their original names (a checkpoint the original code can load).
+
+    `path` is the prefix, e.g. "out/model.ckpt"; a `checkpoint` file next to it
+    makes the directory loadable too. For training state (optimizer, step) use
+    tf.train.Checkpoint(model=model, ...) instead: the model is a tf.Module.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    names = list(model.weights)
+    tf.raw_ops.SaveV2(prefix=path, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=[model.weights[name] for name in names])
+    # The CheckpointState text proto; a relative entry keeps the directory relocatable.
+    entry = json.dumps(os.path.basename(path))
+    with open(os.path.join(directory, "checkpoint"), "w") as fp:
+        fp.write(f"model_checkpoint_path: {entry}\nall_model_checkpoint_paths: {entry}\n")
+    return path
