@@ -1,4 +1,4 @@
-"""Tests of `python -m xlnet_data.dump` and its pure functions.
+"""Tests of `python -m xlnet_data.dump` and its pure functions (the reader: test_records.py).
 
 Records are parsed independently with TensorFlow (tf.data + tf.train.Example) and
 compared with what the dump shows. The CLI runs in subprocesses (it does not import
@@ -9,7 +9,6 @@ import gzip
 import json
 import os
 import random
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -17,13 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test_records import G1, ROOT, SHARED, g1, g1_file, tf  # noqa: F401  (g1, tf: fixtures)
 from xlnet_data import dump
 from xlnet_data.records import FEATURES
 from xlnet_data.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, is_start_piece
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-G1 = SHARED / "golden" / "g1_blog"
 SPM = SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"
 
 needs_shared = pytest.mark.skipif(
@@ -31,28 +28,10 @@ needs_shared = pytest.mark.skipif(
     reason=f"shared test data not found at {SHARED} (golden/g1_blog and data/spiece are needed)")
 
 
-def _g1_file():
-    return next((G1 / "expected" / "tfrecords").glob("*.tfrecords.gz"))
-
-
 def run_cli(*args, cwd=None):
     env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1", PYTHONIOENCODING="utf-8")
     return subprocess.run([sys.executable, "-m", "xlnet_data.dump", *map(str, args)], cwd=cwd or ROOT,
                           env=env, capture_output=True, text=True, encoding="utf-8", timeout=120)
-
-
-@pytest.fixture(scope="module")
-def tf():
-    return pytest.importorskip("tensorflow")
-
-
-def tf_parse(tf, path, compression=""):
-    """Every record of a file as {name: list}, parsed by TensorFlow itself."""
-    out = []
-    for raw in tf.data.TFRecordDataset(str(path), compression_type=compression):
-        example = tf.train.Example.FromString(raw.numpy())
-        out.append({k: list(v.int64_list.value) for k, v in example.features.feature.items()})
-    return out
 
 
 def tf_count_until_error(tf, path):
@@ -67,98 +46,11 @@ def tf_count_until_error(tf, path):
 
 
 @pytest.fixture(scope="module")
-def g1(tf):
-    if not (G1 / "expected").is_dir():
-        pytest.skip(f"shared test data not found at {SHARED}")
-    return tf_parse(tf, _g1_file(), "GZIP")
-
-
-@pytest.fixture(scope="module")
 def sp():
     if not SPM.is_file():
         pytest.skip(f"SentencePiece model not found at {SPM}")
     from xlnet_data.vocab import load_sentencepiece
     return load_sentencepiece(str(SPM))
-
-
-# ---------------------------------------------------------------- reading records
-
-
-def test_crc32c_known_values_and_vectorised_agree():
-    assert dump.crc32c(b"123456789") == 0xE3069283          # the CRC-32C check value
-    assert dump.crc32c(b"") == 0
-    rng = random.Random(3)
-    buffers = [bytes(rng.getrandbits(8) for _ in range(n)) for n in (0, 1, 7, 8, 100, 4095, 4096, 4097)]
-    buffers += [os.urandom(70_001), os.urandom(3 * 4096)]      # the long path: lanes + combine
-    got = dump.crc32c_many(buffers).tolist()
-    assert got == [dump.crc32c(b) for b in buffers]
-
-
-@needs_shared
-def test_read_examples_equals_tensorflow_plain_and_gzip(g1, tmp_path):
-    gz = _g1_file()
-    plain = tmp_path / "plain.tfrecords"
-    plain.write_bytes(gzip.decompress(gz.read_bytes()))
-    for path in (gz, plain):
-        ours = list(dump.read_examples(str(path), seq_len=128, vocab_size=32000))
-        assert len(ours) == len(g1) == 1248
-        assert [i for i, _ in ours] == list(range(1248))
-        for (_, mine), theirs in zip(ours, g1):
-            assert set(mine) == set(theirs) == set(FEATURES)
-            for name in FEATURES:
-                assert mine[name].tolist() == theirs[name]
-
-
-@needs_shared
-def test_gzip_members_and_a_bad_gzip_trailer(tmp_path):
-    packed = _g1_file().read_bytes()
-    twice = tmp_path / "twice.tfrecords.gz"
-    twice.write_bytes(packed + packed + b"\0" * 8)          # two gzip members, zero padding
-    assert sum(1 for _ in dump.iter_records(str(twice))) == 2 * 1248
-    bad = bytearray(packed)
-    bad[-6] ^= 1                                          # the gzip CRC32 in the trailer
-    trailer = tmp_path / "trailer.tfrecords.gz"
-    trailer.write_bytes(bytes(bad))
-    seen = []
-    with pytest.raises(dump.RecordError) as err:
-        for index, _, _ in dump.iter_records(str(trailer)):
-            seen.append(index)
-    assert seen == list(range(1248))                     # every record is still read...
-    assert err.value.index == 1248 and "incorrect data check" in str(err.value)   # ...then the error
-
-
-def test_parse_example_schema_errors(tf):
-    def example(**features):
-        feats = {}
-        for name, values in features.items():
-            if isinstance(values, bytes):
-                feats[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[values]))
-            else:
-                feats[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-        return tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString()
-
-    good = dict(input=[10, SEP_ID, 11, SEP_ID, CLS_ID] * 2, is_masked=[0] * 10, target=[1] * 10,
-                seg_id=[0] * 5 + [1] * 4 + [2], label=[1])
-    parsed = dump.parse_example(example(**good))
-    assert parsed["input"].tolist() == good["input"]
-    cases = [
-        (dict(good, foo=[1]), "unexpected foo"),
-        ({k: v for k, v in good.items() if k != "label"}, "missing label"),
-        (dict(good, label=b"x"), "'label' is bytes_list"),
-        (dict(good, target=[1] * 9), "'target' has 9 values"),
-        (dict(good, label=[1, 0]), "'label' has 2 values"),
-        (dict(good, is_masked=[2] * 10), "'is_masked' holds 2"),
-        (dict(good, seg_id=[3] * 10), "'seg_id' holds 3"),
-    ]
-    for features, message in cases:
-        with pytest.raises(dump.SchemaError, match=message):
-            dump.parse_example(example(**features))
-    with pytest.raises(dump.SchemaError, match="not seq_len=12"):
-        dump.parse_example(example(**good), seq_len=12)
-    with pytest.raises(dump.SchemaError, match="id 40000"):
-        dump.parse_example(example(**dict(good, input=[40000] * 10)), vocab_size=32000)
-    with pytest.raises(dump.SchemaError, match="not a serialized"):
-        dump.parse_example(b"\xff\xff\xff")
 
 
 # ---------------------------------------------------------------- pure functions
@@ -324,9 +216,9 @@ def test_json_view_round_trips_every_feature(g1, sp):
         assert obj["input_pieces"] == [sp.id_to_piece(t) for t in theirs["input"]]
         assert obj["target_check"]["violations"] == [] and obj["problems"] == []
         assert obj["direction"] == ("backward" if i % 8 >= 4 else "forward")
-    res = run_cli(_g1_file(), "--format=json", "--skip=5", "--limit=3")
+    res = run_cli(g1_file(), "--format=json", "--skip=5", "--limit=3")
     assert [json.loads(ln)["index"] for ln in res.stdout.splitlines()] == [5, 6, 7]
-    res = run_cli(_g1_file(), "--format=json", "--example=1247")
+    res = run_cli(g1_file(), "--format=json", "--example=1247")
     assert json.loads(res.stdout)["input"] == g1[1247]["input"]
 
 
@@ -410,7 +302,7 @@ def _assert_one_line_error(res, path, index):
 
 @needs_shared
 def test_corrupt_files_end_with_one_line_error(tf, tmp_path):
-    data = gzip.decompress(_g1_file().read_bytes())
+    data = gzip.decompress(g1_file().read_bytes())
 
     truncated = tmp_path / "truncated.tfrecords"
     truncated.write_bytes(data[:500_000])
@@ -418,7 +310,7 @@ def test_corrupt_files_end_with_one_line_error(tf, tmp_path):
     assert "truncated" in line
 
     truncated_gz = tmp_path / "truncated.tfrecords.gz"
-    truncated_gz.write_bytes(_g1_file().read_bytes()[:90_000])
+    truncated_gz.write_bytes(g1_file().read_bytes()[:90_000])
     line = _assert_one_line_error(run_cli(truncated_gz, "--stats"), truncated_gz,
                                   tf_count_until_error(tf, truncated_gz))
     assert "gzip stream is truncated" in line
@@ -436,7 +328,7 @@ def test_corrupt_files_end_with_one_line_error(tf, tmp_path):
 
     # a valid record, then one of another schema
     other = tmp_path / "other.tfrecords"
-    first = next(iter(tf.data.TFRecordDataset(str(_g1_file()), compression_type="GZIP"))).numpy()
+    first = next(iter(tf.data.TFRecordDataset(str(g1_file()), compression_type="GZIP"))).numpy()
     foreign = tf.train.Example(features=tf.train.Features(feature={
         "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"\x89PNG"])),
         "class": tf.train.Feature(int64_list=tf.train.Int64List(value=[3]))})).SerializeToString()

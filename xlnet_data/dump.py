@@ -29,432 +29,21 @@ is not an XLNet pretraining example (one line naming the file and the record
 index); with --strict, also 1 when a record fails the layout or target checks.
 """
 
+import functools
 import glob
+import importlib.util
+import itertools
 import json
 import os
 import re
-import struct
 import sys
-import zlib
+from pathlib import Path
 
 import numpy as np
 
 from xlnet_data import vocab as _vocab
-from xlnet_data.records import FEATURES
-
-SEP_ID = _vocab.SEP_ID
-CLS_ID = _vocab.CLS_ID
-EOD_ID = _vocab.EOD_ID
-EOP_ID = _vocab.EOP_ID
-
-# =====================================================================================
-# Reading records: TFRecord framing, CRC32C, gzip, the tf.train.Example schema.
-# No TensorFlow needed (importing it costs seconds); candidates for records.py.
-# =====================================================================================
-
-
-class RecordError(ValueError):
-    """A tfrecords file cannot be read at one record: truncated, corrupt, or off-schema."""
-
-    def __init__(self, path, index, reason, offset=None):
-        self.path, self.index, self.reason, self.offset = path, index, reason, offset
-        where = f"record {index}" if offset is None else f"record {index} (byte {offset})"
-        super().__init__(f"{path}: {where}: {reason}")
-
-
-class SchemaError(ValueError):
-    """A parsed record is not an XLNet pretraining example (names, types, lengths, values)."""
-
-
-_CRC32C_POLY = 0x82F63B78  # Castagnoli, reflected
-
-
-def _make_crc_table():
-    table = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        table = np.where(table & 1, (table >> 1) ^ np.uint32(_CRC32C_POLY), table >> 1).astype(np.uint32)
-    return table
-
-
-_CRC_TABLE = _make_crc_table()
-_CRC_TABLE_LIST = _CRC_TABLE.tolist()
-_LONG_RECORD = 1 << 16      # longer payloads get their CRC from lanes of _LANE bytes combined
-_LANE = 4096
-
-
-def crc32c(data):
-    """CRC32C of a short byte string (pure Python; used for the 8-byte length headers)."""
-    crc = 0xFFFFFFFF
-    table = _CRC_TABLE_LIST
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def masked_crc32c(data):
-    """The TFRecord checksum: CRC32C rotated right by 15 bits plus a constant."""
-    crc = crc32c(data)
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _crc_registers(matrix, inject_at):
-    """Runs the CRC32C register over each row of `matrix` (uint8, [lanes, width]), all at once.
-
-    Every lane starts at 0; leading zero bytes leave a zero register unchanged, so rows
-    can be right-aligned. At column `inject_at[i]` lane i's register is xored with the
-    initial value 0xFFFFFFFF (where its data begins); `inject_at[i] == width` means
-    after the last column, -1 never. Returns the registers before the final xor.
-    """
-    lanes, width = matrix.shape
-    state = np.zeros(lanes, dtype=np.uint32)
-    inject_at = np.asarray(inject_at)
-    groups = {}
-    for col in np.unique(inject_at).tolist():
-        groups[col] = np.flatnonzero(inject_at == col)
-    columns = np.ascontiguousarray(matrix.T)
-    table = _CRC_TABLE
-    for col in range(width):
-        lanes_here = groups.get(col)
-        if lanes_here is not None:
-            state[lanes_here] ^= np.uint32(0xFFFFFFFF)
-        state = table[(state ^ columns[col]) & 0xFF] ^ (state >> 8)
-    if width in groups:
-        state[groups[width]] ^= np.uint32(0xFFFFFFFF)
-    return state
-
-
-_ZERO_SHIFT = {}
-
-
-def _zero_shift_columns(nbytes):
-    """Images of the 32 unit registers after `nbytes` zero bytes (the shift is linear over GF(2))."""
-    if nbytes not in _ZERO_SHIFT:
-        state = (np.uint32(1) << np.arange(32, dtype=np.uint32)).astype(np.uint32)
-        for _ in range(nbytes):
-            state = _CRC_TABLE[state & 0xFF] ^ (state >> 8)
-        _ZERO_SHIFT[nbytes] = state.tolist()
-    return _ZERO_SHIFT[nbytes]
-
-
-def _crc32c_long(data):
-    """CRC32C of a long byte string: lanes of _LANE bytes in parallel, then combined."""
-    lanes = -(-len(data) // _LANE)
-    pad = lanes * _LANE - len(data)
-    padded = np.zeros(lanes * _LANE, dtype=np.uint8)
-    padded[pad:] = np.frombuffer(data, dtype=np.uint8)
-    inject = np.full(lanes, -1)      # only lane 0 starts with the initial value, where its data begins
-    inject[0] = pad
-    regs = _crc_registers(padded.reshape(lanes, _LANE), inject)
-    columns = _zero_shift_columns(_LANE)
-    state = int(regs[0])
-    for reg in regs[1:].tolist():
-        shifted = 0
-        bit = 0
-        while state:
-            if state & 1:
-                shifted ^= columns[bit]
-            state >>= 1
-            bit += 1
-        state = shifted ^ reg
-    return state ^ 0xFFFFFFFF
-
-
-def crc32c_many(buffers):
-    """CRC32C of each byte string in `buffers` (a list), vectorised with numpy."""
-    out = np.zeros(len(buffers), dtype=np.uint32)
-    short = [i for i, b in enumerate(buffers) if len(b) <= _LONG_RECORD]
-    for i in range(len(buffers)):
-        if len(buffers[i]) > _LONG_RECORD:
-            out[i] = _crc32c_long(buffers[i])
-    if short:
-        lengths = np.array([len(buffers[i]) for i in short])
-        width = int(lengths.max())
-        matrix = np.zeros((len(short), width), dtype=np.uint8)
-        for row, i in enumerate(short):
-            if lengths[row]:
-                matrix[row, width - lengths[row]:] = np.frombuffer(buffers[i], dtype=np.uint8)
-        out[short] = _crc_registers(matrix, width - lengths) ^ np.uint32(0xFFFFFFFF)
-    return out
-
-
-def _mask_crcs(crcs):
-    crcs = crcs.astype(np.uint64)
-    rotated = ((crcs >> np.uint64(15)) | (crcs << np.uint64(17))) & np.uint64(0xFFFFFFFF)
-    return ((rotated + np.uint64(0xA282EAD8)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-
-
-class _GzipStream:
-    """Decompresses a gzip file lazily; at a truncation or a data error it returns what it
-    has (so the framing layer names the exact record) and keeps the reason in `problem`."""
-
-    _CHUNK = 1 << 15
-
-    def __init__(self, raw):
-        self._raw = raw
-        self._buf = bytearray()
-        self._dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._done = False
-        self.problem = None
-
-    def read(self, size):
-        while len(self._buf) < size and not self._done:
-            self._fill()
-        out = bytes(self._buf[:size])
-        del self._buf[:size]
-        return out
-
-    def _fill(self):
-        if self._dec.eof:
-            rest = self._dec.unused_data or self._raw.read(self._CHUNK)
-            rest = rest.lstrip(b"\0")
-            while not rest:
-                more = self._raw.read(self._CHUNK)
-                if not more:
-                    self._done = True   # a clean end (possibly after zero padding)
-                    return
-                rest = more.lstrip(b"\0")
-            if not rest.startswith(b"\x1f\x8b"):
-                self._done, self.problem = True, "data after the end of the gzip stream is not gzip"
-                return
-            self._dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            chunk = rest
-        else:
-            chunk = self._raw.read(self._CHUNK)
-            if not chunk:
-                self._done, self.problem = True, "the gzip stream is truncated"
-                return
-        error = self._decompress(chunk, (self._CHUNK, 1024, 32, 1))
-        if error is not None:
-            self._done, self.problem = True, f"gzip data error ({error})"
-
-    def _decompress(self, data, steps):
-        """Feeds `data` in pieces of steps[0] bytes; when a piece fails, retries it in smaller
-        pieces, so the output before the bad spot is kept (and the error names the right record).
-        Returns the zlib error, or None."""
-        for begin in range(0, len(data), steps[0]):
-            piece = data[begin:begin + steps[0]]
-            backup = self._dec.copy()
-            try:
-                self._buf += self._dec.decompress(piece)
-            except zlib.error as err:
-                if len(steps) == 1:
-                    return err
-                self._dec = backup
-                err = self._decompress(piece, steps[1:])
-                if err is not None:
-                    return err
-        return None
-
-    def close(self):
-        self._raw.close()
-
-
-def _open_stream(path):
-    """(stream, is_gzip): a reader of the record bytes; gzip is detected from the magic bytes."""
-    try:
-        raw = open(path, "rb")
-    except OSError as err:
-        raise RecordError(path, 0, f"cannot open: {err.strerror or err}") from None
-    magic = raw.read(2)
-    raw.seek(0)
-    if magic == b"\x1f\x8b":
-        return _GzipStream(raw), True
-    return raw, False
-
-
-def _read_up_to(stream, size):
-    """Reads `size` bytes or fewer at the end, without allocating `size` up front."""
-    if size <= (1 << 26):
-        return stream.read(size)
-    parts, left = [], size
-    while left:
-        part = stream.read(min(left, 1 << 26))
-        if not part:
-            break
-        parts.append(part)
-        left -= len(part)
-    return b"".join(parts)
-
-
-def iter_records(path, verify_crc=True, chunk_records=256, chunk_bytes=1 << 22):
-    """Yields `(index, offset, payload)` for each record of a tfrecords file (plain or gzip).
-
-    `offset` is the record's byte position in the (decompressed) stream. Raises
-    RecordError naming the file and the record index on a truncated file, a length or
-    data CRC mismatch, or a gzip error; every record before the bad one is yielded first.
-    Data CRCs are checked in vectorised chunks of up to `chunk_records` records.
-    """
-    stream, is_gzip = _open_stream(path)
-    pending = []      # (index, offset, payload, stored masked crc)
-    pending_bytes = 0
-
-    def flush():
-        if not pending:
-            return
-        if verify_crc:
-            got = _mask_crcs(crc32c_many([p[2] for p in pending]))
-            want = np.array([p[3] for p in pending], dtype=np.uint32)
-            bad = np.flatnonzero(got != want)
-        else:
-            bad = ()
-        stop = int(bad[0]) if len(bad) else len(pending)
-        for index, offset, payload, _ in pending[:stop]:
-            yield index, offset, payload
-        if len(bad):
-            index, offset = pending[stop][:2]
-            raise RecordError(path, index, "corrupt record: data CRC mismatch", offset)
-        pending.clear()
-
-    def truncated(got, want, what):
-        if is_gzip and stream.problem:
-            return f"{stream.problem}; {what} incomplete ({got} of {want} bytes)"
-        return f"truncated {what} ({got} of {want} bytes)"
-
-    try:
-        index = offset = 0
-        while True:
-            header = stream.read(12)
-            error = None
-            if not header:
-                if is_gzip and stream.problem:
-                    error = RecordError(path, index, stream.problem, offset)
-                else:
-                    break
-            elif len(header) < 12:
-                error = RecordError(path, index, truncated(len(header), 12, "record header"), offset)
-            else:
-                length, length_crc = struct.unpack("<QI", header)
-                if verify_crc and masked_crc32c(header[:8]) != length_crc:
-                    what = "not a TFRecord file" if index == 0 else "corrupt record"
-                    error = RecordError(path, index, f"{what}: length CRC mismatch", offset)
-            if error is None:
-                body = _read_up_to(stream, length + 4)
-                if len(body) < length + 4:
-                    error = RecordError(path, index, truncated(len(body), length + 4, "record data"), offset)
-            if error is not None:
-                yield from flush()
-                raise error
-            pending.append((index, offset, body[:length], struct.unpack("<I", body[length:])[0]))
-            pending_bytes += length
-            index += 1
-            offset += length + 16
-            if len(pending) >= chunk_records or pending_bytes >= chunk_bytes:
-                yield from flush()
-                pending_bytes = 0
-        yield from flush()
-    finally:
-        stream.close()
-
-
-def _example_class():
-    """tf.train.Example as a protobuf class built in a private pool (wire-compatible, no TF)."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-    fdp = descriptor_pb2.FileDescriptorProto(name="xlnet_data_dump_example.proto",
-                                             package="xlnet_data_dump", syntax="proto3")
-    f = descriptor_pb2.FieldDescriptorProto
-    for name, ftype in (("BytesList", f.TYPE_BYTES), ("FloatList", f.TYPE_FLOAT), ("Int64List", f.TYPE_INT64)):
-        msg = fdp.message_type.add(name=name)
-        msg.field.add(name="value", number=1, label=f.LABEL_REPEATED, type=ftype)
-    feature = fdp.message_type.add(name="Feature")
-    feature.oneof_decl.add(name="kind")
-    for number, (name, type_name) in enumerate(
-            (("bytes_list", "BytesList"), ("float_list", "FloatList"), ("int64_list", "Int64List")), 1):
-        feature.field.add(name=name, number=number, label=f.LABEL_OPTIONAL, type=f.TYPE_MESSAGE,
-                          type_name=f".xlnet_data_dump.{type_name}", oneof_index=0)
-    features = fdp.message_type.add(name="Features")
-    entry = features.nested_type.add(name="FeatureEntry")
-    entry.options.map_entry = True
-    entry.field.add(name="key", number=1, label=f.LABEL_OPTIONAL, type=f.TYPE_STRING)
-    entry.field.add(name="value", number=2, label=f.LABEL_OPTIONAL, type=f.TYPE_MESSAGE,
-                    type_name=".xlnet_data_dump.Feature")
-    features.field.add(name="feature", number=1, label=f.LABEL_REPEATED, type=f.TYPE_MESSAGE,
-                       type_name=".xlnet_data_dump.Features.FeatureEntry")
-    example = fdp.message_type.add(name="Example")
-    example.field.add(name="features", number=1, label=f.LABEL_OPTIONAL, type=f.TYPE_MESSAGE,
-                      type_name=".xlnet_data_dump.Features")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    descriptor = pool.FindMessageTypeByName("xlnet_data_dump.Example")
-    if hasattr(message_factory, "GetMessageClass"):          # protobuf >= 4.22
-        return message_factory.GetMessageClass(descriptor)
-    return message_factory.MessageFactory(pool).GetPrototype(descriptor)
-
-
-_EXAMPLE_CLASS = None
-_VALUE_RANGES = {"is_masked": (0, 1), "seg_id": (0, 2), "label": (0, 1)}
-
-
-def parse_example(payload, seq_len=None, vocab_size=None):
-    """Parses one serialized tf.train.Example and checks it against the XLNet schema.
-
-    Returns {name: int64 array} for FEATURES; raises SchemaError saying what is wrong.
-    """
-    global _EXAMPLE_CLASS
-    if _EXAMPLE_CLASS is None:
-        _EXAMPLE_CLASS = _example_class()
-    from google.protobuf.message import DecodeError
-
-    example = _EXAMPLE_CLASS()
-    try:
-        example.ParseFromString(payload)
-    except DecodeError:
-        raise SchemaError("not a serialized tf.train.Example") from None
-    names = set(example.features.feature.keys())
-    if names != set(FEATURES):
-        missing = [n for n in FEATURES if n not in names]
-        extra = sorted(names - set(FEATURES))
-        parts = []
-        if missing:
-            parts.append("missing " + ", ".join(missing))
-        if extra:
-            parts.append("unexpected " + ", ".join(extra[:8]) + (" …" if len(extra) > 8 else ""))
-        raise SchemaError(f"not an XLNet pretraining example: {'; '.join(parts)} "
-                          f"(expected features {', '.join(FEATURES)})")
-    out = {}
-    for name in FEATURES:
-        feature = example.features.feature[name]
-        kind = feature.WhichOneof("kind")
-        if kind != "int64_list":
-            raise SchemaError(f"feature {name!r} is {kind or 'empty'}, not an int64_list")
-        out[name] = np.array(feature.int64_list.value, dtype=np.int64)
-    length = len(out["input"])
-    if len(out["label"]) != 1:
-        raise SchemaError(f"feature 'label' has {len(out['label'])} values, not 1")
-    for name in ("is_masked", "target", "seg_id"):
-        if len(out[name]) != length:
-            raise SchemaError(f"feature {name!r} has {len(out[name])} values but 'input' has {length}")
-    if seq_len is not None and length != seq_len:
-        raise SchemaError(f"the example has {length} positions, not seq_len={seq_len}")
-    if length < 4:
-        raise SchemaError(f"the example has only {length} positions")
-    for name, (low, high) in _VALUE_RANGES.items():
-        values = out[name]
-        if values.min() < low or values.max() > high:
-            raise SchemaError(f"feature {name!r} holds {int(values[(values < low) | (values > high)][0])}, "
-                              f"outside {low}..{high}")
-    for name in ("input", "target"):
-        values = out[name]
-        if values.min() < 0 or (vocab_size is not None and values.max() >= vocab_size):
-            bad = int(values[(values < 0) | (values >= (vocab_size or np.iinfo(np.int64).max))][0])
-            raise SchemaError(f"feature {name!r} holds id {bad}, outside the vocabulary"
-                              + (f" (size {vocab_size})" if vocab_size is not None else ""))
-    return out
-
-
-def read_examples(path, seq_len=None, vocab_size=None, verify_crc=True):
-    """Yields (index, {feature name: int64 array}) for each record of a tfrecords file, plain
-    or gzip (told by content, not by name); the same pairs as records.read_examples.
-
-    Raises RecordError (file, record index, reason) on a truncated or corrupt file or a
-    record that does not match the XLNet schema (names, int64 kinds, lengths, value ranges).
-    """
-    for index, offset, payload in iter_records(path, verify_crc=verify_crc):
-        try:
-            yield index, parse_example(payload, seq_len=seq_len, vocab_size=vocab_size)
-        except SchemaError as err:
-            raise RecordError(path, index, str(err), offset) from None
-
+from xlnet_data.records import FEATURES, RecordError, parse_example, read_records
+from xlnet_data.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID
 
 # =====================================================================================
 # Pure functions: one example's structure, checks and text; statistics over many.
@@ -462,15 +51,12 @@ def read_examples(path, seq_len=None, vocab_size=None, verify_crc=True):
 
 _SPACE = _vocab.SPIECE_UNDERLINE
 _COLOR_ON, _COLOR_OFF = "\x1b[1;33m", "\x1b[0m"
-_PIECE_CACHE = {}
 
 
+@functools.cache
 def piece_list(sp):
     """All pieces of a SentencePiece model as a list indexed by id (cached per model)."""
-    key = id(sp)
-    if key not in _PIECE_CACHE:
-        _PIECE_CACHE[key] = (sp, [sp.id_to_piece(i) for i in range(sp.get_piece_size())])
-    return _PIECE_CACHE[key][1]
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
 
 
 def is_backward_row(record_index, bsz_per_host, num_core_per_host=1, bi_data=True):
@@ -549,25 +135,22 @@ def decode_example(features, sp=None, reuse_len=None, reverse=False):
                 problems.append(f"input[{pos}] = {int(x[pos])} where {name} belongs")
         parts = {"memory": (0, reuse), "a": (reuse, sep_a), "b": (sep_a + 1, length - 2)}
 
-    check = {"checked": 0, "ok": 0, "violations": [], "cls_ok": None, "a_next": None, "b_next": None,
-             "a_last": None, "b_last": None}
+    check = {"checked": 0, "ok": 0, "violations": [], "num_violations": 0, "cls_ok": None,
+             "a_next": None, "b_next": None, "a_last": None, "b_last": None}
     if layout_ok:
         free = [reuse + len_a - 1, length - 3]           # A's and B's last positions
         keep = np.ones(length - 2, dtype=bool)
         keep[[f for f in free if f >= 0]] = False
         positions = np.flatnonzero(keep)
         bad = positions[y[positions] != x[positions + 1]]
-        check.update(checked=int(len(positions)), ok=int(len(positions) - len(bad)),
+        check.update(checked=int(len(positions)), ok=int(len(positions) - len(bad)), num_violations=int(len(bad)),
                      violations=[(int(k), int(y[k]), int(x[k + 1])) for k in bad[:50]],
                      cls_ok=bool(y[length - 2] == CLS_ID and y[length - 1] == CLS_ID),
                      a_last=free[0] if len_a > 0 else None, b_last=free[1] if len_b > 0 else None,
                      a_next=int(y[free[0]]) if len_a > 0 else None,
                      b_next=int(y[free[1]]) if len_b > 0 else None)
-        check["num_violations"] = int(len(bad))
         if not check["cls_ok"]:
             problems.append("the last two targets are not <cls>")
-    else:
-        check["num_violations"] = 0
 
     halves = ((0, reuse), (reuse, length))
     spans = []
@@ -585,9 +168,11 @@ def decode_example(features, sp=None, reuse_len=None, reverse=False):
     }
     if sp is not None:
         table = piece_list(sp)
-        size = len(table)
-        decoded["pieces"] = [table[i] if i < size else f"<id {i}>" for i in x.tolist()]
-        decoded["target_pieces"] = [table[i] if i < size else f"<id {i}>" for i in y.tolist()]
+
+        def pieces(ids):
+            return [table[i] if i < len(table) else f"<id {i}>" for i in ids.tolist()]
+
+        decoded["pieces"], decoded["target_pieces"] = pieces(x), pieces(y)
         decoded["text"] = {name: part_text(decoded, name) for name in ("memory", "a", "b")}
     return decoded
 
@@ -935,18 +520,11 @@ def resolve_inputs(paths):
         info_dirs.append(folder)
         if os.path.basename(folder) == "tfrecords":
             info_dirs.append(os.path.dirname(folder))
-    seen, unique = set(), []
+    unique = {}
     for path in files:
-        key = os.path.abspath(path)
-        if key not in seen:
-            seen.add(key)
-            unique.append(path)
-    candidates = []
-    for folder in info_dirs:
-        candidate = os.path.join(folder, "corpus_info.json")
-        if candidate not in candidates:
-            candidates.append(candidate)
-    return unique, candidates
+        unique.setdefault(os.path.abspath(path), path)
+    candidates = dict.fromkeys(os.path.join(folder, "corpus_info.json") for folder in info_dirs)
+    return list(unique.values()), list(candidates)
 
 
 def record_info_batches(files):
@@ -995,14 +573,7 @@ def resolve_sp_path(sp_path, corpus_info_path=None, input_glob=None, cwd=None):
     bases = []
     if corpus_info_path:
         save_dir = os.path.dirname(os.path.abspath(corpus_info_path))
-        ancestors = []
-        folder = save_dir
-        while True:
-            ancestors.append(folder)
-            parent = os.path.dirname(folder)
-            if parent == folder:
-                break
-            folder = parent
+        ancestors = [save_dir] + [str(p) for p in Path(save_dir).parents]
         if input_glob and not os.path.isabs(input_glob):
             bases.extend(a for a in ancestors if glob.glob(os.path.join(a, input_glob)))
         bases.append(cwd)
@@ -1105,26 +676,10 @@ def _define_flags():
     return flags.FLAGS
 
 
-def _plot_available():
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def _selected_records(files, skip, limit, verify_crc):
-    """Yields (global index, file, record index, offset, payload) for the selected records."""
-    index = 0
-    shown = 0
-    for path in files:
-        for record, offset, payload in iter_records(path, verify_crc=verify_crc):
-            if limit is not None and shown >= limit:
-                return
-            if index >= skip:
-                shown += 1
-                yield index, path, record, offset, payload
-            index += 1
+    """(global index, (file, record index, offset, payload)) of the selected records, read lazily."""
+    every = ((path, *record) for path in files for record in read_records(path, verify_crc))
+    return itertools.islice(enumerate(every), skip, None if limit is None else skip + limit)
 
 
 def _main(argv):
@@ -1154,7 +709,7 @@ def _dump(paths, FLAGS, out, err):
             raise DumpError("--example cannot be combined with --skip or --limit")
         skip, limit = FLAGS.example, 1
     want_stats = FLAGS.stats or FLAGS.plot
-    if FLAGS.plot and not _plot_available():
+    if FLAGS.plot and importlib.util.find_spec("matplotlib") is None:
         raise DumpError("--plot needs matplotlib: pip install matplotlib (or pip install 'xlnet-data[plot]')")
 
     files, candidates = resolve_inputs(paths)
@@ -1162,7 +717,7 @@ def _dump(paths, FLAGS, out, err):
     settings, sources, info, info_path, warnings = resolve_settings(
         files, candidates, overrides, corpus_info_path=FLAGS.corpus_info)
 
-    sp = None
+    sp = sp_where = None
     if FLAGS.sp_path:
         sp = _vocab.load_sentencepiece(FLAGS.sp_path)
         sp_where = FLAGS.sp_path
@@ -1189,22 +744,16 @@ def _dump(paths, FLAGS, out, err):
     color = FLAGS.color == "always" or (FLAGS.color == "auto" and out.isatty() and not os.environ.get("NO_COLOR"))
 
     def decoded_stream(with_sp):
-        for index, path, record, offset, payload in _selected_records(files, skip, limit, FLAGS.verify_crc):
-            try:
-                features = parse_example(payload, seq_len=seq_len, vocab_size=vocab_size)
-            except SchemaError as error:
-                raise RecordError(path, record, str(error), offset) from None
+        for index, (path, record, offset, payload) in _selected_records(files, skip, limit, FLAGS.verify_crc):
+            features = parse_example(payload, seq_len, vocab_size, path, record, offset)
             reverse = is_backward_row(record, bsz, settings.get("num_core_per_host"), settings.get("bi_data"))
             decoded = decode_example(features, sp if with_sp else None, reuse_len, reverse)
             yield index, path, record, decoded
 
     if want_stats:
-        def plain():
-            for _, _, _, decoded in decoded_stream(False):
-                yield decoded
-
         table = _vocab.start_piece_table(sp) if sp is not None else None
-        stats = compute_stats(plain(), start_table=table, bsz_per_host=bsz)
+        stats = compute_stats((decoded for *_, decoded in decoded_stream(False)), start_table=table,
+                              bsz_per_host=bsz)
         stats["files"] = files
         stats["settings"] = settings
         if skip == 0 and limit is None:
@@ -1212,7 +761,7 @@ def _dump(paths, FLAGS, out, err):
         if FLAGS.format == "json":
             print(json.dumps(stats, default=_json_default), file=out)
         else:
-            print(_preamble(files, settings, sources, info_path, sp and sp_where), file=out)
+            print(_preamble(files, settings, sources, info_path, sp_where), file=out)
             print(format_stats(stats), file=out)
         if FLAGS.plot:
             plot_stats(stats, FLAGS.plot)
@@ -1220,7 +769,7 @@ def _dump(paths, FLAGS, out, err):
         return 1 if FLAGS.strict and stats["records_failing_checks"] else 0
 
     if FLAGS.format == "text":
-        print(_preamble(files, settings, sources, info_path, sp and sp_where), file=out)
+        print(_preamble(files, settings, sources, info_path, sp_where), file=out)
     shown = failing = 0
     for index, path, record, decoded in decoded_stream(True):
         shown += 1

@@ -1,0 +1,286 @@
+"""Tests of the TFRecord reader in xlnet_data.records: framing, CRCs, gzip and the example schema.
+
+Most records here are written by records.put_record (the writer `create` uses); the reader
+is also checked against TensorFlow's own parse of the g1 golden.
+"""
+
+import gzip
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xlnet_data import records
+from xlnet_data.records import FEATURES, RecordError, SchemaError
+from xlnet_data.vocab import CLS_ID, SEP_ID
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+G1 = SHARED / "golden" / "g1_blog"
+
+needs_g1 = pytest.mark.skipif(not (G1 / "expected").is_dir(), reason=f"golden g1_blog not found under {SHARED}")
+
+
+def g1_file():
+    return next((G1 / "expected" / "tfrecords").glob("*.tfrecords.gz"))
+
+
+@pytest.fixture(scope="module")
+def tf():
+    return pytest.importorskip("tensorflow")
+
+
+def tf_parse(tf, path, compression=""):
+    """Every record of a file as {name: list}, parsed by TensorFlow itself."""
+    out = []
+    for raw in tf.data.TFRecordDataset(str(path), compression_type=compression):
+        example = tf.train.Example.FromString(raw.numpy())
+        out.append({k: list(v.int64_list.value) for k, v in example.features.feature.items()})
+    return out
+
+
+@pytest.fixture(scope="module")
+def g1(tf):
+    if not (G1 / "expected").is_dir():
+        pytest.skip(f"shared test data not found at {SHARED}")
+    return tf_parse(tf, g1_file(), "GZIP")
+
+
+def random_examples(count, seq_len=16, seed=0):
+    """Examples within the schema's value ranges (not a real layout), as {name: list}."""
+    rng = np.random.default_rng(seed)
+    return [{"input": rng.integers(0, 32000, seq_len).tolist(), "is_masked": rng.integers(0, 2, seq_len).tolist(),
+             "target": rng.integers(0, 32000, seq_len).tolist(), "seg_id": rng.integers(0, 3, seq_len).tolist(),
+             "label": [int(rng.integers(0, 2))]} for _ in range(count)]
+
+
+def encode(examples):
+    """The TFRecord bytes of `examples` ({name: list of ints}), written by records.put_record."""
+    names = list(examples[0])
+    keys = np.frombuffer("".join(names).encode(), dtype=np.uint8)
+    key_lengths = np.array([len(n) for n in names], dtype=np.int64)
+    width = max(len(v) for ex in examples for v in ex.values())
+    buf = np.zeros(len(examples) * records.max_record_bytes(width), dtype=np.uint8)
+    pos = 0
+    for ex in examples:
+        values = np.zeros((len(names), width), dtype=np.int64)
+        for f, name in enumerate(names):
+            values[f, :len(ex[name])] = ex[name]
+        lengths = np.array([len(ex[n]) for n in names], dtype=np.int64)
+        pos = records.put_record(buf, pos, values, lengths, keys, key_lengths, records.CRC32C_TABLE)
+    return buf[:pos].tobytes()
+
+
+def record_offsets(data):
+    """Where each record of plain TFRecord bytes begins, and the end."""
+    offsets = [0]
+    while offsets[-1] < len(data):
+        offsets.append(offsets[-1] + int.from_bytes(data[offsets[-1]:offsets[-1] + 8], "little") + 16)
+    return offsets
+
+
+def read_until_error(path, **kwargs):
+    """(indices read, the RecordError) of reading a file that is expected to be bad."""
+    seen = []
+    with pytest.raises(RecordError) as err:
+        for index, _, _ in records.read_records(str(path), **kwargs):
+            seen.append(index)
+    return seen, err.value
+
+
+# ---------------------------------------------------------------- framing, CRCs, gzip
+
+
+def test_masked_crc32c_known_value():
+    crc = 0xE3069283  # the CRC-32C check value, of b"123456789"
+    masked = ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+    data = np.frombuffer(b"123456789", dtype=np.uint8)
+    assert records._masked_crc32c(data, 0, 9, records.CRC32C_TABLE) == masked
+
+
+def test_round_trip_plain_and_gzip_told_by_content(tmp_path):
+    examples = random_examples(40)
+    data = encode(examples)
+    offsets = record_offsets(data)
+    paths = {"plain.tfrecords": data, "packed.tfrecords.gz": gzip.compress(data),
+             "packed_without_suffix.tfrecords": gzip.compress(data), "plain_named.tfrecords.gz": data}
+    for name, content in paths.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        assert [(i, o) for i, o, _ in records.read_records(str(path))] == list(enumerate(offsets[:-1])), name
+        got = list(records.read_examples(str(path), seq_len=16, vocab_size=32000))
+        assert [i for i, _ in got] == list(range(40))
+        for (_, features), want in zip(got, examples):
+            assert {k: v.tolist() for k, v in features.items()} == want
+            assert all(v.dtype == np.int64 for v in features.values())
+    empty = tmp_path / "empty.tfrecords"
+    empty.write_bytes(b"")
+    assert list(records.read_examples(str(empty))) == []
+
+
+def test_reading_never_imports_tensorflow(tmp_path):
+    path = tmp_path / "r.tfrecords.gz"
+    path.write_bytes(gzip.compress(encode(random_examples(3))))
+    code = ("import sys; from xlnet_data import records; "
+            f"assert len(list(records.read_examples({str(path)!r}))) == 3; "
+            "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
+    res = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+
+
+def test_crc_corruption_names_the_record(tmp_path):
+    data = encode(random_examples(20))
+    offsets = record_offsets(data)
+    path = tmp_path / "bad.tfrecords"
+
+    corrupt = bytearray(data)
+    corrupt[offsets[7] + 20] ^= 0x10                 # inside record 7's payload
+    path.write_bytes(bytes(corrupt))
+    seen, err = read_until_error(path)
+    assert seen == list(range(7))                    # every record before it is yielded first
+    assert (err.path, err.index, err.offset) == (str(path), 7, offsets[7])
+    assert "data CRC mismatch" in err.reason
+    assert str(err) == f"{path}: record 7 (byte {offsets[7]}): corrupt record: data CRC mismatch"
+    assert len(list(records.read_records(str(path), verify_crc=False))) == 20
+
+    corrupt = bytearray(data)
+    corrupt[offsets[3] + 1] ^= 0x01                  # record 3's length
+    path.write_bytes(bytes(corrupt))
+    seen, err = read_until_error(path)
+    assert seen == [0, 1, 2] and err.index == 3 and "corrupt record: length CRC mismatch" in str(err)
+
+    path.write_bytes(os.urandom(3000))
+    _, err = read_until_error(path)
+    assert err.index == 0 and "not a TFRecord file" in str(err)
+
+
+def test_truncation_names_the_record(tmp_path):
+    data = encode(random_examples(20))
+    offsets = record_offsets(data)
+    path = tmp_path / "cut.tfrecords"
+    for cut, what, got in ((offsets[5] + 100, "record data", 88), (offsets[12] + 5, "record header", 5)):
+        path.write_bytes(data[:cut])
+        index = 5 if cut < offsets[6] else 12
+        seen, err = read_until_error(path)
+        want = offsets[index + 1] - offsets[index] - 12 if what == "record data" else 12
+        assert seen == list(range(index)) and err.index == index
+        assert err.reason == f"truncated {what} ({got} of {want} bytes)"
+
+    packed = tmp_path / "cut.tfrecords.gz"
+    packed.write_bytes(gzip.compress(data)[:-40])
+    seen, err = read_until_error(packed)
+    assert err.index == len(seen) and err.index >= 15
+    assert "the gzip stream is truncated" in err.reason
+
+    packed.write_bytes(gzip.compress(data) + b"\0" * 4 + b"junk")
+    seen, err = read_until_error(packed)
+    assert seen == list(range(20)) and "not gzip" in str(err)
+
+
+def test_gzip_data_error_names_the_exact_record(tmp_path):
+    """zlib drops the output of a call that fails; the bytes before the bad spot are still read."""
+    data = encode(random_examples(200))
+    offsets = record_offsets(data)
+    cut = offsets[30] + 7                             # inside record 30's header
+    packer = zlib.compressobj(0, zlib.DEFLATED, 16 + zlib.MAX_WBITS)   # stored blocks
+    first = packer.compress(data[:cut]) + packer.flush(zlib.Z_FULL_FLUSH)
+    assert first.endswith(b"\0\0\xff\xff")           # an empty stored block: LEN 0, NLEN ~0
+    packed = bytearray(first + packer.compress(data[cut:]) + packer.flush())
+    packed[len(first) - 1] ^= 0x01                   # NLEN no longer matches LEN
+    path = tmp_path / "bad.tfrecords.gz"
+    path.write_bytes(bytes(packed))
+    seen, err = read_until_error(path)
+    assert seen == list(range(30)) and err.index == 30
+    assert "gzip data error" in err.reason and "invalid stored block lengths" in err.reason
+    assert "record header incomplete (7 of 12 bytes)" in err.reason
+
+
+@needs_g1
+def test_read_examples_equals_tensorflow_plain_and_gzip(g1, tmp_path):
+    gz = g1_file()
+    plain = tmp_path / "plain.tfrecords"
+    plain.write_bytes(gzip.decompress(gz.read_bytes()))
+    for path in (gz, plain):
+        ours = list(records.read_examples(str(path), seq_len=128, vocab_size=32000))
+        assert len(ours) == len(g1) == 1248
+        assert [i for i, _ in ours] == list(range(1248))
+        for (_, mine), theirs in zip(ours, g1):
+            assert set(mine) == set(theirs) == set(FEATURES)
+            for name in FEATURES:
+                assert mine[name].tolist() == theirs[name]
+
+
+@needs_g1
+def test_gzip_members_and_a_bad_gzip_trailer(tmp_path):
+    packed = g1_file().read_bytes()
+    twice = tmp_path / "twice.tfrecords.gz"
+    twice.write_bytes(packed + packed + b"\0" * 8)          # two gzip members, zero padding
+    assert sum(1 for _ in records.read_records(str(twice))) == 2 * 1248
+    bad = bytearray(packed)
+    bad[-6] ^= 1                                          # the gzip CRC32 in the trailer
+    trailer = tmp_path / "trailer.tfrecords.gz"
+    trailer.write_bytes(bytes(bad))
+    seen, err = read_until_error(trailer)
+    assert seen == list(range(1248))                     # every record is still read...
+    assert err.index == 1248 and "incorrect data check" in str(err)   # ...then the error
+
+
+# ---------------------------------------------------------------- the example schema
+
+
+def test_foreign_schema_names_the_record(tmp_path):
+    good = random_examples(2)
+    foreign = {"image": [137, 80, 78, 71], "class": [3]}
+    path = tmp_path / "other.tfrecords"
+    path.write_bytes(encode(good) + encode([foreign]))
+    got = []
+    with pytest.raises(SchemaError) as err:
+        for index, _ in records.read_examples(str(path)):
+            got.append(index)
+    assert got == [0, 1] and isinstance(err.value, RecordError)
+    assert (err.value.path, err.value.index) == (str(path), 2)
+    message = str(err.value)
+    assert message.startswith(f"{path}: record 2 (byte ") and "\n" not in message
+    assert "missing input" in message and "unexpected class, image" in message
+
+    with pytest.raises(SchemaError, match=r"record 0 .*the example has 16 positions, not seq_len=12"):
+        list(records.read_examples(str(path), seq_len=12))
+
+
+def test_parse_example_schema_errors(tf):
+    def example(**features):
+        feats = {}
+        for name, values in features.items():
+            if isinstance(values, bytes):
+                feats[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[values]))
+            else:
+                feats[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+        return tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString()
+
+    good = dict(input=[10, SEP_ID, 11, SEP_ID, CLS_ID] * 2, is_masked=[0] * 10, target=[1] * 10,
+                seg_id=[0] * 5 + [1] * 4 + [2], label=[1])
+    parsed = records.parse_example(example(**good))
+    assert parsed["input"].tolist() == good["input"]
+    cases = [
+        (dict(good, foo=[1]), "unexpected foo"),
+        ({k: v for k, v in good.items() if k != "label"}, "missing label"),
+        (dict(good, label=b"x"), "'label' is bytes_list"),
+        (dict(good, target=[1] * 9), "'target' has 9 values"),
+        (dict(good, label=[1, 0]), "'label' has 2 values"),
+        (dict(good, is_masked=[2] * 10), "'is_masked' holds 2"),
+        (dict(good, seg_id=[3] * 10), "'seg_id' holds 3"),
+    ]
+    for features, message in cases:
+        with pytest.raises(SchemaError, match=message):
+            records.parse_example(example(**features))
+    with pytest.raises(SchemaError, match="not seq_len=12"):
+        records.parse_example(example(**good), seq_len=12)
+    with pytest.raises(SchemaError, match="id 40000"):
+        records.parse_example(example(**dict(good, input=[40000] * 10)), vocab_size=32000)
+    with pytest.raises(SchemaError, match="not a serialized"):
+        records.parse_example(b"\xff\xff\xff")
