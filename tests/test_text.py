@@ -1,5 +1,8 @@
 """Text to ids: normalisation, the digit-comma rule, sentence flags, shard order and flag flip."""
 
+import sys
+import unicodedata
+
 import numpy as np
 import pytest
 
@@ -8,11 +11,28 @@ from xlnet_data import corpus, layout, text
 from xlnet_data.vocab import EOD_ID, load_sentencepiece
 
 
-def test_preprocess_text_follows_the_original():
-    assert text.preprocess_text("  Hello \t  World  ", lower=False) == "Hello World"
-    assert text.preprocess_text("``quoted''", lower=False) == '"quoted"'
-    assert text.preprocess_text("Café Zürich façade", lower=True) == "cafe zurich facade"
-    assert text.preprocess_text("ﬁ ①", lower=False) == "fi 1"  # NFKD compatibility forms
+def original_preprocess(line, lower):
+    """The original's prepro_utils.preprocess_text, restated: the reference for the batched version."""
+    out = " ".join(line.strip().split()).replace("``", '"').replace("''", '"')
+    out = "".join(c for c in unicodedata.normalize("NFKD", out) if not unicodedata.combining(c))
+    return out.lower() if lower else out
+
+
+def test_preprocess_texts_follows_the_original():
+    assert text.preprocess_texts(["Hello \t  World"], lower=False) == ["Hello World"]
+    assert text.preprocess_texts(["``quoted''"], lower=False) == ['"quoted"']
+    assert text.preprocess_texts(["Café Zürich façade"], lower=True) == ["cafe zurich facade"]
+    assert text.preprocess_texts(["ﬁ ①"], lower=False) == ["fi 1"]  # NFKD compatibility forms
+
+
+def test_batched_preprocessing_equals_line_by_line_on_every_whitespace_and_tricky_case():
+    spaces = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace() and chr(c) != "\n"]
+    lines = [f"a{s}b{s}{s}c" for s in spaces] + [
+        "ΟΔΟΣ ΟΔΟΣ.", "İstanbul ΣΑΣ", "e\u0301\u0327 ç ǅ ß ﬃ", "1,000, 2,", "``a'' `b' ''", "x\u200by", "東京 한국어 ไทย",
+        "a\u0308\u0323b", "\u1e9b\u0323"]
+    lines = [line.strip() for line in lines if line.strip()]
+    for lower in (False, True):
+        assert text.preprocess_texts(lines, lower) == [original_preprocess(line, lower) for line in lines]
 
 
 @pytest.fixture(scope="module")

@@ -1,19 +1,19 @@
 """Corpus files to one task's token stream: ids, sentence flags, task split, shard order and flag flip."""
 
 import dataclasses
+import itertools
 import logging
 from typing import Callable, List, Optional
 
 import numpy as np
 
 from xlnet_data import fileio
-from xlnet_data.text import Encoder, preprocess_text
+from xlnet_data.text import Encoder, preprocess_texts
 from xlnet_data.vocab import EOD_ID
 
 log = logging.getLogger("xlnet_data")
 
-READ_BLOCK_BYTES = 8 << 20   # bytes read at a time; lines are cut at b"\n" only, as tf.gfile does
-ENCODE_BATCH_LINES = 4096     # lines handed to SentencePiece in one call
+READ_BLOCK_BYTES = 1 << 20   # bytes read, normalised and encoded at a time
 LONG_LINE_CHARS = 100_000     # a line this long is surely not one sentence: warn once per file
 
 
@@ -48,9 +48,9 @@ def task_files(paths, task, num_task):
     return sorted(paths)[task::num_task]
 
 
-def _lines(path, stats, strict):
-    """(line number, decoded line) of a file, split at b"\\n" only; invalid UTF-8 is replaced (or fatal
-    when strict)."""
+def _line_blocks(path, stats, strict):
+    """Yields (number of the first line, decoded lines) a block at a time; lines are cut at b"\\n" only,
+    as tf.gfile does, and invalid UTF-8 is replaced (or fatal when strict)."""
     rest = b""
     with fileio.open_read(path) as f:
         while True:
@@ -60,11 +60,12 @@ def _lines(path, stats, strict):
             block = rest + block
             cut = block.rfind(b"\n") + 1
             rest = block[cut:]
-            first = stats.lines + 1
-            yield from enumerate(_decode_lines(path, block[:cut].split(b"\n")[:-1], stats, strict), first)
+            if cut:
+                first = stats.lines + 1
+                yield first, _decode_lines(path, block[:cut - 1].split(b"\n"), stats, strict)
     if rest:
         first = stats.lines + 1
-        yield from enumerate(_decode_lines(path, [rest], stats, strict), first)
+        yield first, _decode_lines(path, [rest], stats, strict)
 
 
 def _decode_lines(path, raw_lines, stats, strict):
@@ -89,47 +90,64 @@ def _decode_lines(path, raw_lines, stats, strict):
 
 
 def _parse_ids(path, number, line, vocab_size):
-    try:
-        ids = [int(tok) for tok in line.split()]
-    except ValueError:
-        bad = next(tok for tok in line.split() if not tok.lstrip("+-").isdigit())
-        raise InputError(f"{path}:{number}: {bad!r} is not an integer id "
-                         "(with --from_raw_text=False every line holds whitespace-separated ids)") from None
+    ids = []
+    for token in line.split():
+        try:
+            ids.append(int(token))
+        except ValueError:
+            raise InputError(f"{path}:{number}: {token!r} is not an integer id "
+                             "(with --from_raw_text=False every line holds whitespace-separated ids)") from None
     if ids and not all(0 <= i < vocab_size for i in ids):
         bad = next(i for i in ids if not 0 <= i < vocab_size)
         raise InputError(f"{path}:{number}: id {bad} is outside the SentencePiece vocabulary [0, {vocab_size})")
     return ids
 
 
+def _encode_block(lines, first, path, encoder, *, from_raw_text, uncased, use_eod, vocab_size):
+    """Ids of a block of lines, the number of ids of each kept line, and which kept lines are text.
+
+    Blank lines are kept (as one <eod>) only with `use_eod`.
+    """
+    stripped = [line.strip() for line in lines]
+    is_text = np.fromiter(map(bool, stripped), dtype=bool, count=len(stripped))
+    texts = [s for s in stripped if s]
+    if from_raw_text:
+        text_ids, text_lengths = encoder.encode_batch(preprocess_texts(texts, uncased))
+    else:
+        numbers = [first + i for i in np.flatnonzero(is_text)]
+        id_lists = [_parse_ids(path, number, text, vocab_size) for number, text in zip(numbers, texts)]
+        text_lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+        text_ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32,
+                               count=int(text_lengths.sum()))
+    if not use_eod:
+        return text_ids, text_lengths, np.ones(len(texts), dtype=bool)
+    lengths = np.ones(len(lines), dtype=np.int64)  # a blank line is one <eod>
+    lengths[is_text] = text_lengths
+    ids = np.full(int(lengths.sum()), EOD_ID, dtype=np.int32)
+    ids[np.repeat(is_text, lengths)] = text_ids
+    return ids, lengths, is_text
+
+
 def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab_size, strict=False,
                on_progress: Optional[Callable[[int, int, int], None]] = None):
     """Reads one file into a Shard, or None when it has no lines or no ids (the original skips the former
-    and crashes on the latter). `on_progress(lines, tokens, chars)` is called after every batch of lines.
+    and crashes on the latter). `on_progress(lines, tokens, chars)` is called after every block of lines.
 
     Flags start True and flip after every line; a blank line with `use_eod` becomes <eod>, flipped
-    before and after, so it carries the flag opposite to the sentence that follows it.
+    before and after, so it keeps the flag of the sentence before it and the next sentence flips.
     """
     stats = FileStats()
     ids_chunks, flag_chunks = [], []
     sent_id = True
-    batch = []
-    batch_chars = 0
-
-    def flush():
-        nonlocal sent_id, batch_chars
-        is_text = np.array([bool(kind) for kind, _ in batch], dtype=bool)
-        if from_raw_text:
-            texts = [text for kind, text in batch if kind]
-            text_ids, text_lengths = encoder.encode_batch(texts) if texts else (np.zeros(0, np.int32), [])
-            lengths = np.ones(len(batch), dtype=np.int64)
-            lengths[is_text] = text_lengths
-            ids = np.full(int(lengths.sum()), EOD_ID, dtype=np.int32)
-            # Scatter the encoded texts between the <eod>s of the blank lines.
-            ids[np.repeat(is_text, lengths)] = text_ids
-        else:
-            lists = [text if kind else [EOD_ID] for kind, text in batch]
-            lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-            ids = np.fromiter((i for l in lists for i in l), dtype=np.int32, count=int(lengths.sum()))
+    for first, lines in _line_blocks(path, stats, strict):
+        long_lines = [i for i, line in enumerate(lines) if len(line) > LONG_LINE_CHARS]
+        if long_lines and not stats.long_lines:
+            log.warning("%s:%d: a line of %d characters (kept; is the file one sentence per line?)",
+                        path, first + long_lines[0], len(lines[long_lines[0]].strip()))
+        stats.long_lines += len(long_lines)
+        ids, lengths, is_text = _encode_block(lines, first, path, encoder, from_raw_text=from_raw_text,
+                                              uncased=uncased, use_eod=use_eod, vocab_size=vocab_size)
+        # Text lines flip the flag once; a blank line's <eod> flips it twice, so it takes the flipped flag.
         flips_before = np.cumsum(is_text) - is_text
         flags = (np.bool_(sent_id) ^ (flips_before & 1).astype(bool)) ^ ~is_text
         if ids.size:
@@ -138,32 +156,7 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
             stats.tokens += int(ids.size)
         sent_id = bool(sent_id ^ (int(is_text.sum()) & 1))
         if on_progress:
-            on_progress(len(batch), int(ids.size), batch_chars)
-        batch.clear()
-        batch_chars = 0
-
-    warned_long = False
-    for number, line in _lines(path, stats, strict):
-        batch_chars += len(line) + 1
-        stripped = line.strip()
-        if not stripped:
-            if use_eod:
-                batch.append((False, None))
-        else:
-            if len(stripped) > LONG_LINE_CHARS:
-                stats.long_lines += 1
-                if not warned_long:
-                    log.warning("%s:%d: a line of %d characters (kept; is the file one sentence per line?)",
-                                path, number, len(stripped))
-                    warned_long = True
-            if from_raw_text:
-                batch.append((True, preprocess_text(stripped, uncased)))
-            else:
-                batch.append((True, _parse_ids(path, number, stripped, vocab_size)))
-        if len(batch) >= ENCODE_BATCH_LINES:
-            flush()
-    if batch or batch_chars:
-        flush()
+            on_progress(len(lines), int(ids.size), sum(map(len, lines)) + len(lines))
     if stats.invalid_utf8_lines:
         log.warning("%s:%d: %d line(s) not valid UTF-8; bad bytes replaced by U+FFFD (--strict stops instead)",
                     path, stats.first_invalid_line, stats.invalid_utf8_lines)

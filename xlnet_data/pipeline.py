@@ -80,12 +80,12 @@ def corpus_info(config: CreateConfig, vocab_size):
     }
 
 
-def read_task_stream(config: CreateConfig, files, sp, result: UnitResult, on_progress=None):
+def read_task_stream(config: CreateConfig, files, sp, result: UnitResult, on_progress=None, encode_threads=-1):
     """The unit's token stream: its files encoded, ordered by the seeded permutation, flags flipped.
 
     Returns (ids, sent_ids, numpy RandomState positioned after the permutation draw).
     """
-    encoder = Encoder(sp) if config.from_raw_text else None
+    encoder = Encoder(sp, encode_threads) if config.from_raw_text else None
     shards = []
     for path in files:
         shard = corpus.read_shard(path, encoder, from_raw_text=config.from_raw_text, uncased=config.uncased,
@@ -199,14 +199,15 @@ def record_settings(config: CreateConfig):
     return settings
 
 
-def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None, on_records=None) -> UnitResult:
+def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None, on_records=None,
+             encode_threads=-1) -> UnitResult:
     """Creates one unit's tfrecords and then its record_info JSON (last, so it marks completion).
 
     record_info holds the original's keys (`filenames`, `num_batch`) and `create_settings`.
     """
     start = time.time()
     result = UnitResult(unit)
-    ids, sent_ids, random_state = read_task_stream(config, files, sp, result, on_progress)
+    ids, sent_ids, random_state = read_task_stream(config, files, sp, result, on_progress, encode_threads)
     rows = layout.layout_rows(ids, sent_ids, config.bsz_per_host, config.num_core, config.bi_data)
     record_path, info_path = record_paths(config, unit)
     try:

@@ -10,7 +10,7 @@ import logging
 import os
 from typing import List, Tuple
 
-from xlnet_data import fileio, pipeline
+from xlnet_data import corpus, fileio, pipeline
 from xlnet_data.config import CreateConfig
 from xlnet_data.corpus import InputError
 from xlnet_data.vocab import load_sentencepiece
@@ -78,7 +78,7 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
     _check_save_dir(config, info, overwrite)
     units = []
     for unit in pipeline.plan_units(config):
-        files = paths[unit.task::config.num_task]
+        files = corpus.task_files(paths, unit.task, config.num_task)
         if not files:
             log.info("task %d has no file to process (%d files, %d tasks)", unit.task, len(paths), config.num_task)
         elif not overwrite and unit_is_complete(config, unit):

@@ -16,12 +16,20 @@ def _drop_combining_table():
     return {c: None for c in range(sys.maxunicode + 1) if unicodedata.combining(chr(c))}
 
 
-def preprocess_text(line, lower):
-    """The original's `preprocess_text`: collapse whitespace, `` and '' to ", NFKD without accents, lower."""
-    text = " ".join(line.split()).replace("``", '"').replace("''", '"')
-    if not text.isascii():  # NFKD and the accent removal are identities on ASCII
+def preprocess_texts(lines, lower):
+    """The original's `preprocess_text` of many stripped, non-empty lines: whitespace collapsed, `` and ''
+    to ", NFKD without combining marks, lower-cased if `lower`.
+
+    After the whitespace, the steps run once on the lines joined by "\\n": each acts within a line (NFKD
+    reorders only between starters, and "\\n" is one; final-sigma lower-casing stops at it), so the
+    result is line by line's.
+    """
+    if not lines:
+        return []
+    text = "\n".join([" ".join(line.split()) for line in lines]).replace("``", '"').replace("''", '"')
+    if not text.isascii():
         text = unicodedata.normalize("NFKD", text).translate(_drop_combining_table())
-    return text.lower() if lower else text
+    return (text.lower() if lower else text).split("\n")
 
 
 def _split_digit_comma(sp, piece):
@@ -35,8 +43,9 @@ def _split_digit_comma(sp, piece):
 class Encoder:
     """Encodes batches of normalised lines to ids exactly as the original's `encode_ids` does, one by one."""
 
-    def __init__(self, sp):
+    def __init__(self, sp, num_threads=-1):
         self._sp = sp
+        self._num_threads = num_threads  # SentencePiece's threads for a batch; -1: all cores
         pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
         # Ids whose piece triggers the digit-comma rule; lines holding none take the fast batched path.
         self._digit_comma = np.array(
@@ -54,7 +63,7 @@ class Encoder:
 
     def encode_batch(self, texts):
         """Ids of each text as one flat int32 array, and the number of ids of each text."""
-        encoded = self._sp.encode(texts, out_type=int)
+        encoded = self._sp.encode(texts, out_type=int, num_threads=self._num_threads)
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
         flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=int(lengths.sum()))
         hits = self._digit_comma[flat]

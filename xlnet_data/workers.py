@@ -12,11 +12,12 @@ from xlnet_data.progress import Progress
 from xlnet_data.vocab import load_sentencepiece
 
 _counters = None  # shared by the workers: [lines, tokens, records, chars read]
+_encode_threads = -1  # SentencePiece threads per worker: the cores shared out among the workers
 
 
-def _init_worker(counters):
-    global _counters
-    _counters = counters
+def _init_worker(counters, encode_threads):
+    global _counters, _encode_threads
+    _counters, _encode_threads = counters, encode_threads
     logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(message)s")
 
 
@@ -34,7 +35,8 @@ def _count_records(records):
 
 def _run_unit(config, unit, files):
     sp = load_sentencepiece(config.sp_path)
-    return pipeline.run_unit(config, unit, files, sp, on_progress=_count_input, on_records=_count_records)
+    return pipeline.run_unit(config, unit, files, sp, on_progress=_count_input, on_records=_count_records,
+                             encode_threads=_encode_threads)
 
 
 def run_local(config: CreateConfig, plan: Plan, num_workers=None):
@@ -45,7 +47,9 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     context = multiprocessing.get_context("spawn")  # no fork: the parent may hold threads
     counters = context.Array("q", 4)
     progress = Progress(plan.input_bytes)
-    num_workers = min(len(units), num_workers or os.cpu_count() or 1)
+    cores = len(os.sched_getaffinity(0))
+    num_workers = min(len(units), num_workers or cores)
+    encode_threads = max(1, cores // num_workers)
     done = []
     stop = threading.Event()
 
@@ -57,11 +61,11 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     reporter.start()
     try:
         if num_workers == 1:
-            _init_worker(counters)
+            _init_worker(counters, encode_threads)
             for unit, files in units:
                 done.append(_run_unit(config, unit, files))
         else:
-            with context.Pool(num_workers, initializer=_init_worker, initargs=(counters,)) as pool:
+            with context.Pool(num_workers, initializer=_init_worker, initargs=(counters, encode_threads)) as pool:
                 jobs = [(config, unit, files) for unit, files in units]
                 for result in pool.starmap(_run_unit, jobs, chunksize=1):
                     done.append(result)
