@@ -1,0 +1,167 @@
+"""Throughput and memory of `create`, measured in one run against its yardsticks.
+
+    python benchmarks/bench_create.py [--size_mb=10] [--rss_mb=100] [--original=DIR]
+
+For each configuration (seq_len 128, the seed blog's flags; seq_len 512, the paper's shape) it runs
+`create` in a subprocess pinned to one core (taskset) on corpora of `size_mb` and 2 x `size_mb`, and
+reports the steady-state tokens/s: the difference of tokens over the difference of seconds, so that
+start-up (imports, model loading, compiled-code cache) cancels. The yardstick is SentencePiece
+encoding alone (read, strip, encode in batches), measured the same way on the same corpora; with
+`--original` (a checkout of zihangdai/xlnet, see ../shared/README.md) the original data_utils.py is
+measured the same way on smaller corpora. Then the peak RSS of one `create` on an `rss_mb` corpus,
+as bytes per token over a tiny run's RSS, and the scaling from 1 to 2 workers on two tasks.
+Each figure is the median of `--repeat` runs. Output is a Markdown report (also for BENCHMARKS.md).
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+CONFIGS = {
+    "seq_len 128": ["--seq_len=128", "--reuse_len=64", "--bsz_per_host=8", "--num_core_per_host=1",
+                    "--bi_data=True", "--mask_alpha=6", "--mask_beta=1", "--num_predict=21"],
+    "seq_len 512": ["--seq_len=512", "--reuse_len=256", "--bsz_per_host=8", "--num_core_per_host=1",
+                    "--bi_data=True", "--mask_alpha=6", "--mask_beta=1", "--num_predict=85"],
+}
+
+
+def make_corpus(directory, size_mb, source_files, num_files=4):
+    """`num_files` files of about size_mb / num_files MB each, made of the source books repeated."""
+    directory.mkdir(parents=True, exist_ok=True)
+    text = "".join(Path(p).read_text(encoding="utf-8") for p in source_files)
+    per_file = int(size_mb * 1e6 / num_files)
+    for i in range(num_files):
+        repeats = max(1, round(per_file / len(text.encode("utf-8"))))
+        (directory / f"part{i}.txt").write_text(text * repeats if per_file >= len(text) else
+                                               text[:per_file].rsplit("\n", 1)[0] + "\n", encoding="utf-8")
+    return str(directory / "*.txt")
+
+
+def timed(cmd, env=None, pin=True):
+    """(seconds, peak RSS in bytes, stdout+stderr) of one command; pinned to CPU 0 when asked."""
+    if pin:
+        cmd = ["taskset", "-c", "0", *cmd]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    if status != 0:
+        raise SystemExit(f"failed ({status}): {' '.join(cmd)}\n{output[-3000:]}")
+    return seconds, usage.ru_maxrss * 1024, output
+
+
+def run_create(input_glob, save_dir, flags, sp_path, workers=1, extra=(), pin=True):
+    cmd = [sys.executable, "-m", "xlnet_data.create", f"--input_glob={input_glob}", f"--sp_path={sp_path}",
+           f"--save_dir={save_dir}", f"--num_workers={workers}", "--overwrite", *flags, *extra]
+    seconds, rss, output = timed(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), pin=pin)
+    tokens = int(re.search(r"done: \d+ unit\(s\), (\d+) tokens", output).group(1))
+    return seconds, rss, tokens
+
+
+def run_encode_only(input_glob, sp_path):
+    seconds, _, output = timed([sys.executable, __file__, "--encode_only", input_glob, sp_path])
+    return seconds, int(output.strip().splitlines()[-1])
+
+
+def run_original(reference, input_glob, save_dir, flags, sp_path):
+    cmd = [sys.executable, str(SHARED / "tools" / "run_original.py"), f"--input_glob={input_glob}",
+           f"--sp_path={sp_path}", f"--save_dir={save_dir}", *flags]
+    env = dict(os.environ, XLNET_REF=reference, TF_CPP_MIN_LOG_LEVEL="3")
+    seconds, _, output = timed(cmd, env=env)
+    # The original logs no token count; ours, run on the same corpus, gives it.
+    return seconds
+
+
+def encode_only(input_glob, sp_path):
+    """The yardstick: SentencePiece alone over the corpus lines (stripped), in batches, single-threaded."""
+    import glob
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=sp_path)
+    tokens = 0
+    for path in sorted(glob.glob(input_glob)):
+        with open(path, encoding="utf-8") as f:
+            lines = [line.strip() for line in f]
+        for i in range(0, len(lines), 20000):
+            tokens += sum(map(len, sp.encode([l for l in lines[i:i + 20000] if l], num_threads=1)))
+    print(tokens)
+
+
+def steady(runs_small, runs_large):
+    """Steady-state rate from medians: (tokens large - tokens small) / (seconds large - seconds small)."""
+    (t1, n1), (t2, n2) = [(statistics.median(r[0] for r in runs), runs[0][1]) for runs in (runs_small, runs_large)]
+    return (n2 - n1) / (t2 - t1)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size_mb", type=float, default=10, help="smaller corpus size; the larger is twice it")
+    parser.add_argument("--rss_mb", type=float, default=100, help="corpus size for the peak-RSS run (0: skip)")
+    parser.add_argument("--original", help="checkout of zihangdai/xlnet to measure side by side")
+    parser.add_argument("--original_mb", type=float, default=0.5, help="smaller corpus size for the original")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
+    parser.add_argument("--sp_path", default=str(SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"))
+    parser.add_argument("--source", default=str(SHARED / "data" / "corpus_en"),
+                        help="folder of .txt books the corpora are built from (or sample_corpus)")
+    parser.add_argument("--encode_only", nargs=2, metavar=("GLOB", "SP_PATH"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.encode_only:
+        return encode_only(*args.encode_only)
+
+    books = sorted(Path(args.source).glob("*.txt"))
+    if not books:
+        raise SystemExit(f"no .txt books in {args.source}; pass --source=sample_corpus")
+    work = Path(tempfile.mkdtemp(prefix="bench_create_"))
+    small = make_corpus(work / "small", args.size_mb, books)
+    large = make_corpus(work / "large", 2 * args.size_mb, books)
+    out = work / "out"
+    report = [f"corpora: {args.size_mb:g} MB and {2 * args.size_mb:g} MB from {args.source}; "
+              f"median of {args.repeat}; one core (taskset -c 0) unless said", ""]
+
+    enc = [[run_encode_only(g, args.sp_path) for _ in range(args.repeat)] for g in (small, large)]
+    encode_rate = steady(*enc)
+    report += ["| configuration | create tokens/s | SentencePiece-only tokens/s | ratio | original tokens/s | speed-up |",
+               "|---|---|---|---|---|---|"]
+    for name, flags in CONFIGS.items():
+        runs = [[run_create(g, out, flags, args.sp_path)[::2] for _ in range(args.repeat)] for g in (small, large)]
+        rate = steady(*runs)
+        original, speedup = "", ""
+        if args.original:
+            o_small = make_corpus(work / "o_small", args.original_mb, books)
+            o_large = make_corpus(work / "o_large", 2 * args.original_mb, books)
+            tokens = [run_create(g, out, flags, args.sp_path)[2] for g in (o_small, o_large)]
+            o_runs = [[(run_original(args.original, g, work / "o_out", flags, args.sp_path), n)
+                       for _ in range(args.repeat)] for g, n in zip((o_small, o_large), tokens)]
+            o_rate = steady(*o_runs)
+            original, speedup = f"{o_rate:,.0f}", f"{rate / o_rate:.1f}x"
+        report.append(f"| {name} | {rate:,.0f} | {encode_rate:,.0f} | {rate / encode_rate:.2f} | {original} | {speedup} |")
+
+    flags = CONFIGS["seq_len 128"]
+    if args.rss_mb:
+        tiny = make_corpus(work / "tiny", 0.2, books, num_files=1)
+        base_rss = statistics.median(run_create(tiny, out, flags, args.sp_path)[1] for _ in range(args.repeat))
+        big = make_corpus(work / "big", args.rss_mb, books, num_files=1)
+        seconds, rss, tokens = run_create(big, out, flags, args.sp_path)
+        report += ["", f"peak RSS, one {args.rss_mb:g} MB file (seq_len 128): {rss / 2**20:,.0f} MiB for {tokens:,} tokens; "
+                   f"a 0.2 MB run: {base_rss / 2**20:,.0f} MiB; growth {(rss - base_rss) / tokens:.2f} bytes/token "
+                   f"({seconds:.1f} s)"]
+
+    two_tasks = ["--num_task=2", "--num_passes=1"]
+    by_workers = {w: statistics.median(run_create(large, out, flags, args.sp_path, workers=w, extra=two_tasks,
+                                                  pin=False)[0] for _ in range(args.repeat))
+                  for w in (1, 2)}
+    report += ["", f"2 tasks on {2 * args.size_mb:g} MB, all cores: 1 worker {by_workers[1]:.2f} s, "
+               f"2 workers {by_workers[2]:.2f} s, speed-up {by_workers[1] / by_workers[2]:.2f}x"]
+    print("\n".join(report))
+
+
+if __name__ == "__main__":
+    main()
