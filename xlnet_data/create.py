@@ -4,12 +4,14 @@ Every flag of the original keeps its name, type and default; see README.md for a
 """
 
 import dataclasses
+import functools
 import logging
 import sys
 import time
 
 from absl import app, flags
 
+from xlnet_data import beam
 from xlnet_data.config import SPAN_UNITS, SPLITS, ConfigError, CreateConfig
 from xlnet_data.corpus import InputError
 from xlnet_data.plan import CreateError, make_plan, prepare_save_dir
@@ -53,6 +55,11 @@ flags.DEFINE_enum("span_unit", _DEFAULTS.span_unit, list(SPAN_UNITS),
                   "word: spans of n whole words, as the paper describes.")
 flags.DEFINE_bool("strict", False, "Stop on a line that is not valid UTF-8 instead of replacing its bad bytes.")
 flags.DEFINE_bool("overwrite", False, "Redo units that are already complete, and accept a save_dir written with other flags.")
+flags.DEFINE_enum("runner", "local", ["local", "beam"],
+                  "local: worker processes on this machine; beam: an Apache Beam pipeline, one element per unit.")
+flags.DEFINE_string("beam_runner", "DirectRunner", "With --runner=beam: DirectRunner, DataflowRunner, FlinkRunner, ...")
+flags.DEFINE_string("beam_options", "", "With --runner=beam: more Beam pipeline options, as one string "
+                    "(e.g. \"--project=p --region=r --temp_location=gs://b/tmp --setup_file=./setup.py\").")
 
 
 def config_from_flags() -> CreateConfig:
@@ -68,15 +75,23 @@ def _parse_flags(argv):
         sys.exit(2)
 
 
+def _runner():
+    """run(config, plan) of the chosen runner; Beam and its flags are checked before anything is written."""
+    if FLAGS.runner == "local":
+        return functools.partial(run_local, num_workers=FLAGS.num_workers)
+    return functools.partial(beam.run_beam, beam_args=beam.pipeline_args(FLAGS.beam_runner, FLAGS.beam_options))
+
+
 def main(argv):
     del argv
     logging.getLogger().setLevel(logging.INFO)
     start = time.time()
     try:
         config = config_from_flags()
+        run_units = _runner()
         plan = make_plan(config, FLAGS.overwrite)
         prepare_save_dir(config, plan)
-        results = run_local(config, plan, FLAGS.num_workers)
+        results = run_units(config, plan)
     except (ConfigError, CreateError, InputError, VocabError) as err:
         print(f"create: error: {err}", file=sys.stderr)
         return 2

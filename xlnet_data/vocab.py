@@ -47,11 +47,16 @@ def load_sentencepiece(path):
     """Loads a SentencePiece model and checks that its special ids are XLNet's."""
     if not path:
         raise VocabError("--sp_path is required: the SentencePiece model (.model file)")
-    if not os.path.isfile(path):
+    from xlnet_data import fileio
+    if not fileio.exists(path) or (not fileio.is_remote(path) and not os.path.isfile(path)):
         raise VocabError(f"SentencePiece model not found: {path}")
     sp = spm.SentencePieceProcessor()
     try:
-        sp.load(path)
+        if fileio.is_remote(path):  # SentencePiece reads local files only
+            with fileio.open_read(path) as f:
+                sp.load_from_serialized_proto(f.read())
+        else:
+            sp.load(path)
     except (OSError, RuntimeError) as err:
         raise VocabError(f"cannot load SentencePiece model {path}: {str(err).splitlines()[0]}") from None
     wrong = special_id_mismatches(sp)

@@ -1,0 +1,107 @@
+"""The Beam runner: a plan's units as the elements of an Apache Beam pipeline (Direct, Dataflow, Flink, Spark).
+
+Each (task, pass) unit is one element, run by the same `pipeline.run_unit` as the local runner and
+written to the same file names. Outputs are atomic and a unit's record_info is written last, so a
+retried element rewrites identical files, and a re-run of a failed pipeline skips the complete units
+(make_plan does). The workers' counts come back to the launcher as Beam metrics, one counter per unit
+and field. Apache Beam is an optional extra, imported only here and only when used.
+"""
+
+import dataclasses
+import logging
+import shlex
+
+from xlnet_data import pipeline
+from xlnet_data.config import CreateConfig
+from xlnet_data.plan import CreateError, Plan, unit_is_complete
+from xlnet_data.vocab import load_sentencepiece
+
+log = logging.getLogger("xlnet_data")
+
+INSTALL_HINT = "--runner=beam needs Apache Beam: pip install 'xlnet-data[beam]'"
+_NAMESPACE = "xlnet_data"
+_COUNTED = [f.name for f in dataclasses.fields(pipeline.UnitResult) if f.type is int]  # files, lines, tokens, ...
+
+
+def _import_beam():
+    try:
+        import apache_beam
+    except ImportError:
+        raise CreateError(INSTALL_HINT) from None
+    return apache_beam
+
+
+def pipeline_args(runner, options=""):
+    """Beam's arguments for --beam_runner and --beam_options, checked before anything is written: Beam is
+    installed, the options split, the runner exists and has the options it requires (Dataflow: --project, ...)."""
+    beam = _import_beam()
+    from apache_beam.options.pipeline_options import PipelineOptions
+    try:
+        args = [f"--runner={runner}", *shlex.split(options)]
+        beam.Pipeline(options=PipelineOptions(args))  # makes the runner and validates the options for it
+    except (ValueError, ImportError) as err:
+        problems = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        raise CreateError(f"--beam_runner={runner} --beam_options={options!r}: {problems}") from None
+    return args
+
+
+def _metric(unit, field):
+    return f"task{unit.task}-pass{unit.pass_id}.{field}"
+
+
+def _run_unit_fn(beam, config):
+    """A DoFn running one (unit, files) element; the SentencePiece model is loaded once per worker."""
+    from apache_beam.metrics import Metrics
+
+    class RunUnit(beam.DoFn):
+        def setup(self):
+            self.sp = load_sentencepiece(config.sp_path)
+
+        def process(self, element):
+            unit, files = element
+            result = pipeline.run_unit(config, unit, files, self.sp)
+            if result.skipped:
+                log.warning("task %d pass %d: %s", unit.task, unit.pass_id, result.skipped)
+            for field in _COUNTED:
+                Metrics.counter(_NAMESPACE, _metric(unit, field)).inc(getattr(result, field))
+            log.info("task %d pass %d: %d records written", unit.task, unit.pass_id, result.records)
+
+    return RunUnit()
+
+
+def _results(config, units, counters):
+    """UnitResults from the workers' counters; whether a unit wrote its records is read from save_dir."""
+    results = []
+    for unit, _ in units:
+        result = pipeline.UnitResult(unit, **{field: counters.get(_metric(unit, field), 0) for field in _COUNTED})
+        if unit_is_complete(config, unit):
+            result.record_path = pipeline.record_paths(config, unit)[0]
+        else:
+            result.skipped = "nothing written: too few tokens for one batch (see the workers' log)"
+        results.append(result)
+    return results
+
+
+def run_beam(config: CreateConfig, plan: Plan, beam_args):
+    """Runs the plan's units as a Beam pipeline with options `beam_args` (e.g. ["--runner=DataflowRunner",
+    "--project=..."]); waits for it and returns their UnitResults."""
+    if not plan.units:
+        return []
+    beam = _import_beam()
+    from apache_beam.metrics.metric import MetricsFilter
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    p = beam.Pipeline(options=PipelineOptions(list(beam_args)))
+    _ = (p
+         | "Units" >> beam.Create(plan.units)
+         | "Spread" >> beam.Reshuffle()  # no fusion with Create: the units go to different workers
+         | "RunUnit" >> beam.ParDo(_run_unit_fn(beam, config)))
+    try:
+        outcome = p.run()
+        outcome.wait_until_finish()
+    except Exception as err:  # the runner's own error, often a worker's traceback as text
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise CreateError(f"the Beam pipeline failed: {first_line}; the units it completed are kept, "
+                          "run the same command again to do the rest") from err
+    query = outcome.metrics().query(MetricsFilter().with_namespace(_NAMESPACE))
+    return _results(config, plan.units, {m.key.metric.name: m.result for m in query["counters"]})
