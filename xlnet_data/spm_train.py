@@ -258,18 +258,8 @@ def main(argv):
     try:
         if not FLAGS.model_prefix:
             raise SpmTrainError("--model_prefix is required: the output prefix, e.g. out/sp10m.cased.v3")
-        config = SpmTrainConfig(
-            input_files=expand_inputs(FLAGS.input or ""),
-            model_prefix=FLAGS.model_prefix,
-            vocab_size=FLAGS.vocab_size,
-            model_type=FLAGS.model_type,
-            character_coverage=FLAGS.character_coverage,
-            input_sentence_size=FLAGS.input_sentence_size,
-            shuffle_input_sentence=FLAGS.shuffle_input_sentence,
-            hard_vocab_limit=FLAGS.hard_vocab_limit,
-            num_threads=FLAGS.num_threads,
-            verbose=FLAGS.verbose,
-        )
+        config = SpmTrainConfig(input_files=expand_inputs(FLAGS.input or ""),
+                                **{name: FLAGS[name].value for name in _FLAG_NAMES if name != "input"})
         path = train_sentencepiece(config)
         size = spm.SentencePieceProcessor(model_file=path).get_piece_size()
     except SpmTrainError as err:
