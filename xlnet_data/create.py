@@ -9,9 +9,9 @@ import logging
 import sys
 import time
 
-from absl import app, flags
+from absl import flags
 
-from xlnet_data import beam
+from xlnet_data import beam, cli
 from xlnet_data.config import SPAN_UNITS, SPLITS, ConfigError, CreateConfig
 from xlnet_data.corpus import InputError
 from xlnet_data.plan import CreateError, make_plan, prepare_save_dir
@@ -67,14 +67,6 @@ def config_from_flags() -> CreateConfig:
     return CreateConfig(**{name: FLAGS[name].value for name in fields}).validate()
 
 
-def _parse_flags(argv):
-    try:
-        return FLAGS(argv)
-    except flags.Error as err:
-        print(f"create: error: {err} (see --help)", file=sys.stderr)
-        sys.exit(2)
-
-
 def _runner():
     """run(config, plan) of the chosen runner; Beam and its flags are checked before anything is written."""
     if FLAGS.runner == "local":
@@ -115,7 +107,7 @@ def _print_summary(results, seconds):
 
 
 def run():
-    app.run(main, flags_parser=_parse_flags)
+    cli.run(main, "create", __doc__)
 
 
 if __name__ == "__main__":

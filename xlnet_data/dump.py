@@ -808,16 +808,10 @@ def _preamble(files, settings, sources, info_path, sp_where):
 
 def run():
     """Entry point of `python -m xlnet_data.dump` and `xlnet-data-dump`."""
-    from absl import app
+    from xlnet_data import cli
 
-    main_module = sys.modules.get("__main__")
-    if main_module is not None and not getattr(main_module, "__doc__", None):
-        try:
-            main_module.__doc__ = __doc__
-        except (AttributeError, TypeError):
-            pass
     _define_flags()
-    app.run(_main)
+    cli.run(_main, "dump", __doc__)
 
 
 if __name__ == "__main__":

@@ -242,9 +242,6 @@ def _define_flags():
     # docstring; under the console script that is the generated wrapper, so point both here.
     for name in _FLAG_NAMES:
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
-    main_module = sys.modules.get("__main__")
-    if main_module is not None and not main_module.__doc__:
-        main_module.__doc__ = __doc__
 
 
 def main(argv):
@@ -272,10 +269,10 @@ def main(argv):
 
 def run():
     """Console entry point (`xlnet-data-spm-train`)."""
-    from absl import app
+    from xlnet_data import cli
 
     _define_flags()
-    app.run(main)
+    cli.run(main, "spm_train", __doc__)
 
 
 if __name__ == "__main__":
