@@ -274,7 +274,7 @@ def make_parser(config: InputConfig, permutation: PermutationFn):
 
 
 def make_dataset(record_info_dir: str, config: InputConfig, *, seed: int = 0,
-                 permutation: Optional[PermutationFn] = None, repeat: bool = True) -> tf.data.Dataset:
+                 permutation: Optional[PermutationFn] = None, repeat: bool = True, start: int = 0) -> tf.data.Dataset:
     """Batches of training features (see the module doc), `config.bsz_per_core` examples each.
 
     record_info_dir: comma-separated record dirs (the original's `record_info_dir`).
@@ -282,6 +282,9 @@ def make_dataset(record_info_dir: str, config: InputConfig, *, seed: int = 0,
     permutation: (example index, part) -> permutation of range(perm_size);
       the example index counts records from the start of the stream (repeats included).
     repeat: cycle through the records forever, as the original does.
+    start: the index of the first example to use (to resume a run where it stopped); the
+      skipped records are read but not parsed, and indices (so permutations) stay those of
+      the whole stream.
 
     Batches keep the records' order, so batch k+1 continues the rows of batch k
     (with several cores, replica c gets batches c, c + n, ...) and memory carries over.
@@ -294,8 +297,8 @@ def make_dataset(record_info_dir: str, config: InputConfig, *, seed: int = 0,
     dataset = _read_records(records.filenames)
     if repeat:
         dataset = dataset.repeat()
-    dataset = dataset.enumerate().map(make_parser(config, permutation), num_parallel_calls=tf.data.AUTOTUNE,
-                                      deterministic=True)
+    dataset = dataset.enumerate().skip(start)
+    dataset = dataset.map(make_parser(config, permutation), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     dataset = dataset.batch(config.bsz_per_core, drop_remainder=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
 

@@ -1,0 +1,388 @@
+"""Pretraining (xlnet_data.training, python -m xlnet_data.train_gpu): the loss falls, the mirrored step is the
+single-device one averaged, runs resume, the goldens' first steps, one-line flag errors, source mixing."""
+
+import dataclasses
+import glob
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import ROOT, SAMPLE_CORPUS, SHARED, needs_shared, run_module
+from xlnet_data import input_pipeline as ip
+from xlnet_data import modeling as M
+from xlnet_data import training as T
+
+TINY_SHAPE = ["--n_layer=2", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64", "--ff_activation=gelu",
+              "--untie_r"]
+RECORD_FLAGS = ["--bsz_per_host=8", "--num_core_per_host=1", "--seq_len=64", "--reuse_len=32", "--bi_data",
+                "--num_predict=10", "--uncased"]
+
+
+def _create(sample_spm, save_dir, input_glob):
+    result = run_module("xlnet_data.create", f"--input_glob={input_glob}", f"--sp_path={sample_spm}",
+                        f"--save_dir={save_dir}", *RECORD_FLAGS, "--num_workers=1")
+    assert result.returncode == 0, result.stderr
+    return str(save_dir)
+
+
+@pytest.fixture(scope="module")
+def records(sample_spm, tmp_path_factory):
+    """A save_dir of create over sample_corpus/ (about 1,470 steps of 8 rows of 64 tokens)."""
+    return _create(sample_spm, tmp_path_factory.mktemp("records") / "big", SAMPLE_CORPUS / "*.txt")
+
+
+@pytest.fixture(scope="module")
+def small_records(sample_spm, tmp_path_factory):
+    """A save_dir from the first 40 lines of one book: a few dozen steps."""
+    text_dir = tmp_path_factory.mktemp("small_text")
+    lines = (SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:40]
+    (text_dir / "emma.txt").write_text("\n".join(lines) + "\n")
+    return _create(sample_spm, tmp_path_factory.mktemp("records") / "small", text_dir / "*.txt")
+
+
+def tiny_config(record_dir, model_dir, **changes):
+    """A TrainConfig for the records above and a tiny model (what the CLI builds from TINY_SHAPE)."""
+    record_dirs = ",".join(os.path.join(d, "tfrecords") for d in str(record_dir).split(","))
+    model = M.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu",
+                          untie_r=True, n_token=1000)
+    run = M.RunConfig(mem_len=changes.pop("mem_len", 32), reuse_len=32, bi_data=True)
+    data = ip.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=8, num_predict=10, uncased=True)
+    defaults = dict(learning_rate=1e-3, warmup_steps=10, train_steps=20, iterations=10, strategy="one_device")
+    return T.TrainConfig(record_info_dir=record_dirs, model_dir=str(model_dir), model=model, run=run, data=data,
+                         **{**defaults, **changes})
+
+
+def _weights(model):
+    return {name: var.numpy() for name, var in model.weights.items()}
+
+
+# ----- the loss falls (the CLI, as bin/demo runs it) ---------------------------------------------
+
+def test_cli_trains_a_tiny_model_and_the_loss_falls(records, tmp_path):
+    model_dir = tmp_path / "model"
+    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}",
+                        *TINY_SHAPE, "--mem_len=32", "--learning_rate=1e-3", "--warmup_steps=10",
+                        "--train_steps=200", "--iterations=20", "--save_steps=100", "--max_save=1")
+    assert result.returncode == 0, result.stderr
+    logged = re.findall(r"step (\d+) \| loss ([\d.]+) \| pplx ([\d.]+) \| bpt ([\d.]+) \| gnorm ([\d.]+) \| "
+                        r"lr ([\d.e+-]+) \| (\d+) tok/s", result.stderr)
+    assert [int(line[0]) for line in logged] == list(range(20, 201, 20)), result.stderr
+    losses = [float(line[1]) for line in logged]
+    # Mean of the last 20 steps well below the mean of the first 20 (about 6.8 -> 5.4 here).
+    assert losses[-1] < losses[0] - 0.8, losses
+    assert float(logged[0][2]) == pytest.approx(np.exp(losses[0]), rel=1e-3)
+    assert float(logged[0][3]) == pytest.approx(losses[0] / np.log(2), rel=1e-3)
+
+    # Checkpoints by the original's names (the last one kept), xlnet_config.json, TensorBoard scalars.
+    assert sorted(os.listdir(model_dir)) == sorted(
+        ["checkpoint", "xlnet_config.json", "model.ckpt-200.index", "model.ckpt-200.data-00000-of-00001",
+         os.path.basename(glob.glob(str(model_dir / "events.out.tfevents.*"))[0])])
+    reader = tf.train.load_checkpoint(str(model_dir))
+    assert reader.get_tensor("global_step") == 200
+    assert reader.has_tensor("model/transformer/layer_1/ff/layer_2/kernel/adam_v")
+    config = M.XLNetConfig.from_json(str(model_dir / "xlnet_config.json"))
+    assert (config.n_layer, config.d_model, config.n_token) == (2, 32, 1000)
+    M.build_model(config, M.RunConfig(), checkpoint=str(model_dir))
+    tags = {}
+    for event in tf.compat.v1.train.summary_iterator(glob.glob(str(model_dir / "events.out.tfevents.*"))[0]):
+        for value in event.summary.value:
+            tags.setdefault(value.tag, []).append(event.step)
+    assert set(tags) == {"loss", "perplexity", "bits_per_token", "gnorm", "learning_rate", "tokens_per_second"}
+    assert tags["loss"] == list(range(20, 201, 20))
+
+
+# ----- several devices ----------------------------------------------------------------------------
+
+MIRRORED_CHECK = """
+import sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+sys.path.insert(0, sys.argv[1])
+from test_train import check_mirrored_equals_single_device
+check_mirrored_equals_single_device(sys.argv[2], sys.argv[3])
+print("mirrored OK")
+"""
+
+
+def check_mirrored_equals_single_device(records, model_dir, steps=3):
+    """Run in a process with two logical CPUs: two replicas == each replica's rows on one device, averaged."""
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    # Learning rate 0: the weights stay, so later steps compare too (with their memories).
+    cfg = tiny_config(records, model_dir, learning_rate=0.0, train_steps=steps, iterations=1, strategy="mirrored")
+    result = T.train(cfg, strategy=strategy)
+    trainer = result.trainer
+    single = M.build_model(cfg.model, cfg.run)
+    for name, value in _weights(trainer.model).items():
+        single.weights[name].assign(value)
+
+    # The records' rows: forward 0-3, then their reverses 4-7; replica r gets forward 2r, 2r+1 and their reverses.
+    shares = [[0, 1, 4, 5], [2, 3, 6, 7]]
+    batches = iter(ip.make_dataset(cfg.record_info_dir, cfg.data))
+    first = iter(strategy.distribute_datasets_from_function(
+        lambda context: T.replica_batches(cfg.record_info_dir, cfg, 2, input_context=context)))
+    mems = [single.initial_mems(4) for _ in shares]
+    for step in range(steps):
+        batch = next(batches)
+        losses, grads = [], []
+        for r, rows in enumerate(shares):
+            features = {key: tf.gather(value, rows) for key, value in batch.items()}
+            with tf.GradientTape() as tape:
+                out = single.plm_loss(features, mems[r], training=True)
+            gradients = tape.gradient(out.total_loss, list(single.weights.values()))
+            grads.append([tf.convert_to_tensor(g) for g in gradients])
+            losses.append(out.total_loss.numpy())
+            mems[r] = out.new_mems
+        np.testing.assert_allclose(result.losses[step], np.mean(losses), rtol=0, atol=1e-5, err_msg=f"step {step}")
+        if step == 0:
+            distributed = next(first)
+            local = strategy.experimental_local_results(distributed["input_k"])
+            for r, rows in enumerate(shares):
+                np.testing.assert_array_equal(local[r].numpy(), tf.gather(batch["input_k"], rows).numpy())
+            loss, mirrored_grads = trainer.loss_and_grads(distributed, trainer.initial_mems())
+            np.testing.assert_allclose(loss.numpy(), np.mean(losses), rtol=0, atol=1e-5)
+            for name, got, *per_replica in zip(single.weights, mirrored_grads, *grads):
+                np.testing.assert_allclose(got.numpy(), np.mean(per_replica, axis=0), rtol=0, atol=1e-5,
+                                           err_msg=name)
+
+
+def test_two_replicas_equal_each_replicas_share_on_one_device_averaged(records, tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-c", MIRRORED_CHECK, str(Path(__file__).parent), records,
+                             str(tmp_path / "model")], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and "mirrored OK" in result.stdout, result.stderr[-5000:]
+
+
+@pytest.mark.parametrize("num_core, replicas, bi_data, want", [
+    (1, 2, True, [[0, 1, 4, 5], [2, 3, 6, 7]]),
+    (2, 1, True, [[0, 1, 4, 5, 2, 3, 6, 7]]),  # cores' blocks [f0 f1 b0 b1], [f2 f3 b2 b3]
+    (2, 4, True, [[0, 2], [1, 3], [4, 6], [5, 7]]),
+    (2, 2, True, [[0, 1, 2, 3], [4, 5, 6, 7]]),
+    (1, 4, False, [[0, 1], [2, 3], [4, 5], [6, 7]]),
+])
+def test_a_step_is_split_so_each_replica_has_forward_rows_then_their_backward_rows(num_core, replicas, bi_data, want):
+    host = tf.reshape(tf.range(8), [num_core, 8 // num_core])  # row ids in the records' layout
+    got = T.split_host_batch(host[..., None], replicas, bi_data)[..., 0].numpy()
+    assert got.tolist() == want
+
+
+def test_a_batch_that_cannot_be_split_is_refused(records, tmp_path):
+    cfg = tiny_config(records, tmp_path)
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, bsz_per_host=3))
+    with pytest.raises(T.ConfigError, match=r"--train_batch_size=3 cannot be split over 1 replica\(s\): it must be "
+                                            r"a multiple of 2 \(each replica needs forward and backward rows\)"):
+        T.Trainer(cfg, tf.distribute.OneDeviceStrategy("/cpu:0"))
+
+
+# ----- resume, init_checkpoint, the goldens -------------------------------------------------------
+
+@pytest.mark.parametrize("mem_len", [0, 32])
+def test_an_interrupted_run_resumes_where_its_checkpoint_was(records, tmp_path, mem_len):
+    n = 8
+    whole = T.train(tiny_config(records, tmp_path / "whole", train_steps=2 * n, save_steps=n, mem_len=mem_len))
+    cfg = tiny_config(records, tmp_path / "pieces", train_steps=2 * n, save_steps=n, mem_len=mem_len)
+    first = T.train(cfg, stop_after=n + 3)  # killed 3 steps after the checkpoint of step n
+    assert first.step == n + 3 and tf.train.latest_checkpoint(cfg.model_dir).endswith(f"model.ckpt-{n}")
+    second = T.train(cfg)
+    assert (second.first_step, second.step, len(second.losses)) == (n, 2 * n, n)
+    np.testing.assert_allclose(first.losses, whole.losses[:n + 3], rtol=1e-6)
+    if mem_len == 0:
+        # Nothing but the memories is lost on a restart: same step, optimizer state, batches.
+        np.testing.assert_allclose(second.losses, whole.losses[n:], rtol=1e-5)
+    else:
+        # The memories start empty again, so the curve continues close by, not exactly.
+        assert abs(np.mean(second.losses) - np.mean(whole.losses[n:])) < 0.05
+        np.testing.assert_allclose(second.losses, whole.losses[n:], atol=0.05)
+    for name, value in _weights(second.trainer.model).items():
+        np.testing.assert_allclose(value, whole.trainer.model.weights[name].numpy(), atol=2e-3, err_msg=name)
+
+    # Our checkpoints initialise other runs (by the original's names), as the original's do.
+    other = T.train(tiny_config(records, tmp_path / "other", train_steps=1, learning_rate=0.0,
+                                init_checkpoint=cfg.model_dir, mem_len=mem_len))
+    for name, value in _weights(other.trainer.model).items():
+        np.testing.assert_array_equal(value, second.trainer.model.weights[name].numpy())
+
+
+def test_a_model_dir_of_another_model_is_refused(records, tmp_path):
+    cfg = tiny_config(records, tmp_path, train_steps=1)
+    T.train(cfg)
+    with pytest.raises(T.ConfigError, match=r"holds another model: d_inner=64 \(here 48\)"):
+        T.train(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, d_inner=48)))
+
+
+# Model golden -> (create golden whose records it read, InputConfig fields beyond run_config.json).
+GOLDEN_INPUTS = {
+    "m1_bi_untied": ("g1_blog", dict(bsz_per_host=8, bi_data=True, uncased=True, num_predict=21)),
+    "m2_uni_tied": ("g2_multitask", dict(bsz_per_host=4, bi_data=False, uncased=True, num_predict=10)),
+}
+
+
+@needs_shared
+@pytest.mark.parametrize("case", sorted(GOLDEN_INPUTS))
+def test_training_from_the_golden_tf1_checkpoint_starts_at_the_golden_loss(case, tmp_path):
+    golden = SHARED / "golden_model" / case
+    create_case, fields = GOLDEN_INPUTS[case]
+    run = M.RunConfig.from_json(str(golden / "run_config.json"))
+    run_json = json.loads((golden / "run_config.json").read_text())
+    data = ip.InputConfig(seq_len=run_json["seq_len"], reuse_len=run.reuse_len, perm_size=run_json["perm_size"],
+                          **fields)
+    features, expected = np.load(golden / "features.npz"), np.load(golden / "expected.npz")
+    cfg = T.TrainConfig(record_info_dir=str(SHARED / "golden" / create_case / "expected" / "tfrecords"),
+                        model_dir=str(tmp_path), model=M.XLNetConfig.from_json(str(golden / "xlnet_config.json")),
+                        run=run, data=data, init_checkpoint=str(golden / "model.ckpt"), learning_rate=0.0,
+                        train_steps=2, strategy="one_device")
+    result = T.train(cfg, permutation=ip.fixed_permutation(features["perm_rows_0"], features["perm_rows_1"]))
+    # Learning rate 0 keeps the golden weights, so the second step (with the first's memories) matches too.
+    np.testing.assert_allclose(result.losses, [expected["total_loss_0"], expected["total_loss_1"]], rtol=1e-5)
+
+
+# ----- flag errors: one line ----------------------------------------------------------------------
+
+def _one_error_line(result):
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    # TensorFlow's C++ start-up lines (when it was imported) are not ours.
+    lines = [line for line in result.stderr.splitlines()
+             if line.strip() and not re.match(r"(WARNING: All log messages|[IWE]\d{4} )", line)]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("flags, fragments", [
+    (["--seq_len=128"], ["--seq_len=128 contradicts the records: seq_len=64 in {records}/corpus_info.json"]),
+    (["--train_batch_size=16"], ["--train_batch_size=16 contradicts the records: bsz_per_host=8 in {records}/"]),
+    (["--nobi_data"], ["--bi_data=False contradicts the records: bi_data=True in {records}/"]),
+    (["--n_token=32000"], ["--n_token=32000 contradicts the records: vocab_size=1000 in {records}/"]),
+    (["--record_info_dir=/nonexistent/records"], ["--record_info_dir: no records", "/nonexistent/records"]),
+    (["--perm_size=5"], ["perm_size (5) must divide reuse_len (32)"]),
+    (["--no_such_flag=1"], ["no_such_flag"]),
+])
+def test_cli_flag_errors_are_one_line(records, tmp_path, flags, fragments):
+    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={tmp_path}", *flags)
+    line = _one_error_line(result)
+    assert line.startswith("train: error:")
+    for fragment in fragments:
+        assert fragment.format(records=records) in line
+
+
+def test_cli_without_corpus_info_needs_the_data_flags(records, tmp_path):
+    (tmp_path / "bare").mkdir()
+    os.symlink(os.path.join(records, "tfrecords"), tmp_path / "bare" / "tfrecords")
+    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={tmp_path / 'bare'}",
+                        f"--model_dir={tmp_path / 'model'}")
+    assert _one_error_line(result) == ("train: error: --train_batch_size, --seq_len, --reuse_len needed: no "
+                                       f"corpus_info.json next to {tmp_path / 'bare' / 'tfrecords'} to read them from")
+
+
+def test_cli_xlnet_config_that_contradicts_the_records_is_one_line(records, tmp_path):
+    tiny = M.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu", untie_r=True,
+                         n_token=32000)
+    tiny.to_json(str(tmp_path / "xlnet_config.json"))
+    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={tmp_path / 'm'}",
+                        f"--xlnet_config={tmp_path / 'xlnet_config.json'}")
+    assert "the records' vocab_size" in _one_error_line(result)
+
+
+# ----- the schedule and the optimizer -------------------------------------------------------------
+
+def test_learning_rate_warms_up_then_decays_to_min_lr_ratio(records, tmp_path):
+    base = tiny_config(records, tmp_path, learning_rate=1.0, warmup_steps=10, train_steps=110, min_lr_ratio=0.1)
+    lr = lambda cfg, step: float(T.learning_rate(step, cfg))  # noqa: E731
+    assert [lr(base, s) for s in (0, 5, 10)] == pytest.approx([0.0, 0.5, 1.0])
+    assert [lr(base, s) for s in (60, 110, 500)] == pytest.approx([0.55, 0.1, 0.1])
+    cos = dataclasses.replace(base, decay_method="cos")
+    assert [lr(cos, s) for s in (5, 10, 60, 110)] == pytest.approx([0.5, 1.0, 0.55, 0.1])
+    assert lr(cos, 35) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi / 4)))
+
+
+def test_weight_decay_spares_layer_norm_and_biases_but_not_the_attention_biases():
+    decayed = [name for name in M.variable_shapes(M.XLNetConfig(1, 4, 1, 4, 8, "relu", True, 10))
+               if T.uses_weight_decay(name)]
+    assert decayed == ["model/transformer/word_embedding/lookup_table", "model/transformer/mask_emb/mask_emb",
+                       "model/transformer/r_w_bias", "model/transformer/r_r_bias", "model/transformer/r_s_bias",
+                       "model/transformer/seg_embed"] + [f"model/transformer/layer_0/rel_attn/{p}/kernel"
+                                                         for p in "qkvro"] + [
+                          "model/transformer/layer_0/ff/layer_1/kernel", "model/transformer/layer_0/ff/layer_2/kernel"]
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_optimizer_is_the_originals_adam(records, tmp_path, weight_decay):
+    cfg = tiny_config(records, tmp_path, learning_rate=0.01, warmup_steps=0, weight_decay=weight_decay,
+                      adam_epsilon=1e-6)
+    weights = {"a/kernel": tf.Variable([1.0, -2.0]), "a/LayerNorm/gamma": tf.Variable([0.5, 3.0])}
+    optimizer = T.AdamWeightDecay(weights, cfg)
+    want = {name: var.numpy().astype(np.float64) for name, var in weights.items()}
+    m = {name: 0.0 for name in weights}
+    v = {name: 0.0 for name in weights}
+    rng = np.random.default_rng(0)
+    for t in range(1, 4):
+        grads = [rng.normal(size=2).astype(np.float32) for _ in weights]
+        lr = float(T.learning_rate(t - 1, cfg))
+        optimizer.apply(tf.distribute.get_strategy(), [tf.constant(g) for g in grads])
+        for (name, w), g in zip(want.items(), grads):
+            m[name] = 0.9 * m[name] + 0.1 * g
+            v[name] = 0.999 * v[name] + 0.001 * g * g
+            if weight_decay == 0:  # tf.train.AdamOptimizer
+                step = lr * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m[name] / (np.sqrt(v[name]) + 1e-6)
+            else:  # AdamWeightDecayOptimizer: no bias correction, no decay of LayerNorm
+                decay = weight_decay * w if "LayerNorm" not in name else 0
+                step = lr * (m[name] / (np.sqrt(v[name]) + 1e-6) + decay)
+            want[name] = w - step
+    assert int(optimizer.step.numpy()) == 3
+    for name, var in weights.items():
+        np.testing.assert_allclose(var.numpy(), want[name], rtol=1e-5, err_msg=name)
+
+
+# ----- several sources ----------------------------------------------------------------------------
+
+def test_mixing_draws_sources_by_tokens_to_the_alpha():
+    tokens = [2_000_000, 20_000]
+    np.testing.assert_allclose(T.sampling_probs(tokens, 1.0), [100 / 101, 1 / 101])
+    np.testing.assert_allclose(T.sampling_probs(tokens, 0.0), [0.5, 0.5])
+    probs = T.sampling_probs(tokens, 0.5)
+    np.testing.assert_allclose(probs, [10 / 11, 1 / 11])
+    for seed in range(5):
+        schedule = T.mixing_schedule(probs, 1000, seed)
+        shares = np.bincount(schedule, minlength=2) / 1000
+        assert np.all(np.abs(shares - probs) < 0.03), (seed, shares)
+    np.testing.assert_array_equal(T.mixing_schedule(probs, 1000, 7), T.mixing_schedule(probs, 1000, 7))
+    line = T.mixture_line(np.bincount(T.mixing_schedule(probs, 1000, 0)), probs, ["big", "small"])
+    assert re.fullmatch(r"mixture: big \d+\.\d% \(expected 90\.9%\), small \d+\.\d% \(expected 9\.1%\)", line)
+
+
+def test_a_mixed_run_feeds_each_sources_memory_only_from_that_source(records, small_records, tmp_path, caplog):
+    steps = 24
+    # mem_len = 2 * reuse_len and learning rate 0: layer 0's memory is then exactly the embeddings of the
+    # memory parts of the source's last two batches, its own stream consecutively.
+    cfg = tiny_config(f"{records},{small_records}", tmp_path, mix_sampling_factor=0.5, learning_rate=0.0,
+                      train_steps=steps, iterations=steps, mem_len=64, seed=3)
+    with caplog.at_level(logging.INFO, logger="xlnet_data"):
+        result = T.train(cfg)
+    counts = [source.steps for source in result.sources]
+    assert sum(counts) == steps and min(counts) >= 2, counts
+    assert any(f"mixture: {cfg.sources[0]} {100 * counts[0] / steps:.1f}%" in message
+               for message in caplog.messages), caplog.messages
+    embedding = result.trainer.model.weights["model/transformer/word_embedding/lookup_table"]
+    for source, count in zip(result.sources, counts):
+        batches = list(T.replica_batches(source.name, cfg, 1).take(count))
+        tokens = np.concatenate([batch["input_k"].numpy()[:, :32] for batch in batches[-2:]], axis=1)  # [bsz, 64]
+        want = tf.gather(embedding, tokens.T).numpy()  # time-major [64, bsz, d_model]
+        np.testing.assert_allclose(source.mems[0].numpy(), want, atol=1e-6, err_msg=source.name)
+
+
+# ----- the benchmark ------------------------------------------------------------------------------
+
+def test_benchmark_runs_small_on_cpu():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), "--small", "--steps=3",
+                             "--strategy=one_device"], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"median step [\d.]+ ms, [\d,]+ tokens/s", result.stdout), result.stdout

@@ -1,0 +1,209 @@
+"""python -m xlnet_data.train_gpu: pretrain XLNet on records made by create (CPU, one GPU, many GPUs).
+
+The original train_gpu.py's flags, same names and defaults, except that the data flags
+(train_batch_size, seq_len, reuse_len, bi_data, ...) and n_token default to the records'
+corpus_info.json, and an explicit flag that contradicts it is refused. The loop itself is
+xlnet_data/training.py; see docs/training.md for examples.
+"""
+
+import glob
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from absl import flags
+
+from xlnet_data import cli
+from xlnet_data.config import ConfigError
+
+FLAGS = flags.FLAGS
+
+# Experiment.
+flags.DEFINE_string("record_info_dir", None, "Records: a save_dir of create (or its tfrecords/ folder); several, "
+                    "comma-separated, are read one after the other, or mixed with --mix_sampling_factor.")
+flags.DEFINE_string("model_dir", None, "Checkpoints, xlnet_config.json and TensorBoard summaries go here; a run "
+                    "resumes from the latest checkpoint in it.")
+flags.DEFINE_string("init_checkpoint", None, "Start from this checkpoint (the original's TF1 ones or ours; model "
+                    "weights only); ignored when model_dir has a checkpoint to resume from.")
+flags.DEFINE_integer("num_passes", None, "Use the passes 0..num_passes-1 of the records (default: all).")
+# Optimization.
+flags.DEFINE_float("learning_rate", 1e-4, "Peak learning rate.")
+flags.DEFINE_float("clip", 1.0, "Clip the gradients to this global norm.")
+flags.DEFINE_float("min_lr_ratio", 0.001, "The rate decays to learning_rate * min_lr_ratio at train_steps.")
+flags.DEFINE_integer("warmup_steps", 0, "Steps of linear warmup from 0.")
+flags.DEFINE_float("adam_epsilon", 1e-8, "Adam epsilon.")
+flags.DEFINE_enum("decay_method", "poly", ["poly", "cos"], "Decay after warmup: linear (poly) or cosine.")
+flags.DEFINE_float("weight_decay", 0.0, "Decoupled weight decay (not on LayerNorm and biases, as the original).")
+# Training.
+flags.DEFINE_integer("train_batch_size", None, "Global batch, split over the replicas (default: the records' "
+                     "bsz_per_host, which it must equal).")
+flags.DEFINE_integer("train_steps", 100000, "Total number of steps.")
+flags.DEFINE_integer("iterations", 1000, "Log (and write summaries) every this many steps.")
+flags.DEFINE_integer("save_steps", None, "Checkpoint every this many steps (and always at the end).")
+flags.DEFINE_integer("max_save", 5, "Checkpoints kept.")
+flags.DEFINE_float("mix_sampling_factor", None, "With several record dirs: each step reads one, with probability "
+                   "proportional to its tokens ** factor (1: by size, 0: uniform); each keeps its own memory.")
+flags.DEFINE_integer("seed", 0, "Seeds the initialisation, the factorization orders and the source draws.")
+flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
+                  "auto: all local GPUs (mirrored) or the one GPU or the CPU; multi_worker: the cluster of TF_CONFIG.")
+flags.DEFINE_list("devices", [], "one_device / mirrored: the devices, e.g. /gpu:0,/gpu:1 (default: all GPUs).")
+flags.DEFINE_string("tpu", "", "strategy tpu: the TPU's name or grpc:// address.")
+# Data: from the records' corpus_info.json unless given (and then they must agree with it).
+flags.DEFINE_integer("seq_len", None, "Sequence length (default: the records').")
+flags.DEFINE_integer("reuse_len", None, "Tokens cached as memory for the next batch (default: the records').")
+flags.DEFINE_bool("bi_data", True, "Forward and backward rows (default: the records').")
+flags.DEFINE_integer("mask_alpha", 6, "Span masking context (default: the records').")
+flags.DEFINE_integer("mask_beta", 1, "Masked tokens per context (default: the records').")
+flags.DEFINE_integer("num_predict", None, "Predicted tokens per example (default: the records').")
+flags.DEFINE_bool("uncased", False, "Records of lower-cased text (default: the records').")
+flags.DEFINE_integer("num_core_per_host", 1, "Cores the records were laid out for (default: the records'); the "
+                     "number of GPUs comes from --strategy/--devices.")
+flags.DEFINE_integer("n_token", 32000, "Vocabulary size (default: the records' vocab_size).")
+flags.DEFINE_integer("perm_size", None, "Factorization-order block size (default: reuse_len).")
+# Model.
+flags.DEFINE_string("xlnet_config", None, "Take the model shape (n_layer ... n_token) from this xlnet_config.json, "
+                    "e.g. a released model's.")
+flags.DEFINE_integer("mem_len", 0, "Memory length (positions of earlier batches attended to).")
+flags.DEFINE_bool("same_length", False, "Same-length attention.")
+flags.DEFINE_integer("clamp_len", -1, "Clamp relative distances to this (-1: no clamping).")
+flags.DEFINE_integer("n_layer", 6, "Layers.")
+flags.DEFINE_integer("d_model", 32, "Hidden size.")
+flags.DEFINE_integer("d_embed", None, "The original's flag, which its model never used: the embedding size is "
+                     "d_model (given, it must equal it).")
+flags.DEFINE_integer("n_head", 4, "Attention heads.")
+flags.DEFINE_integer("d_head", 8, "Size of each head.")
+flags.DEFINE_integer("d_inner", 32, "Feed-forward inner size.")
+flags.DEFINE_float("dropout", 0.0, "Dropout rate.")
+flags.DEFINE_float("dropatt", 0.0, "Attention dropout rate.")
+flags.DEFINE_bool("untie_r", False, "Untie the attention biases across layers.")
+flags.DEFINE_enum("ff_activation", "relu", ["relu", "gelu"], "Feed-forward activation.")
+flags.DEFINE_bool("use_bfloat16", False, "Compute in bfloat16 (weights stay float32).")
+flags.DEFINE_enum("init", "normal", ["normal", "uniform"], "Initialisation.")
+flags.DEFINE_float("init_std", 0.02, "Standard deviation of the normal initialisation.")
+flags.DEFINE_float("init_range", 0.1, "Range of the uniform initialisation.")
+
+# flag -> corpus_info.json key
+DATA_FLAGS = {"train_batch_size": "bsz_per_host", "num_core_per_host": "num_core_per_host", "seq_len": "seq_len",
+              "reuse_len": "reuse_len", "bi_data": "bi_data", "uncased": "uncased", "mask_alpha": "mask_alpha",
+              "mask_beta": "mask_beta", "num_predict": "num_predict", "n_token": "vocab_size"}
+SHAPE_FLAGS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activation", "untie_r", "n_token")
+
+
+def find_record_dirs(record_info_dir: str):
+    """[(tfrecords dir, corpus_info.json path or None)] of the comma-separated dirs; ConfigError when one
+    holds no records."""
+    found = []
+    for given in record_info_dir.split(","):
+        tfrecords = os.path.join(given, "tfrecords") if os.path.isdir(os.path.join(given, "tfrecords")) else given
+        if not glob.glob(os.path.join(tfrecords, "record_info-*.json")):
+            raise ConfigError(f"--record_info_dir: no records (record_info-*.json) in {os.path.abspath(tfrecords)}")
+        infos = [os.path.join(d, "corpus_info.json") for d in (given, os.path.dirname(os.path.abspath(tfrecords)))]
+        found.append((tfrecords, next((path for path in infos if os.path.isfile(path)), None)))
+    return found
+
+
+def data_settings(record_dirs):
+    """{flag: (value, where it comes from)} of the data flags: explicit ones checked against the records'
+    corpus_info.json, the others taken from it (or the flag's default where there is none)."""
+    infos = [(path, json.loads(Path(path).read_text())) for _, path in record_dirs if path]
+    values = {}
+    for flag, key in DATA_FLAGS.items():
+        for path, info in infos:
+            recorded = info.get(key)
+            if recorded is None:
+                continue
+            if FLAGS[flag].present and FLAGS[flag].value != recorded:
+                raise ConfigError(f"--{flag}={FLAGS[flag].value} contradicts the records: {key}={recorded} in {path}")
+            if flag in values and values[flag][0] != recorded:
+                raise ConfigError(f"--record_info_dir: the records disagree: {key}={values[flag][0]} in "
+                                  f"{values[flag][1]}, {key}={recorded} in {path}")
+            values[flag] = (recorded, path)
+        if flag not in values:
+            values[flag] = (FLAGS[flag].value, f"--{flag}" if FLAGS[flag].present else None)
+    missing = [f"--{flag}" for flag, (value, _) in values.items() if value is None and flag != "num_predict"]
+    if missing:
+        raise ConfigError(f"{', '.join(missing)} needed: no corpus_info.json next to {record_dirs[0][0]} to read "
+                          "them from")
+    return values
+
+
+def config_from_flags():
+    if not FLAGS.record_info_dir or not FLAGS.model_dir:
+        raise ConfigError("--record_info_dir and --model_dir are needed")
+    record_dirs = find_record_dirs(FLAGS.record_info_dir)
+    settings = data_settings(record_dirs)
+    data = {flag: value for flag, (value, _) in settings.items()}
+
+    # TensorFlow is imported only now that the records are found (a wrong flag fails fast).
+    from xlnet_data import training
+    from xlnet_data.input_pipeline import InputConfig
+    from xlnet_data.modeling import RunConfig, XLNetConfig
+
+    data_config = InputConfig(
+        seq_len=data["seq_len"], reuse_len=data["reuse_len"], perm_size=FLAGS.perm_size or data["reuse_len"],
+        bsz_per_host=data["train_batch_size"], num_predict=data["num_predict"],
+        num_core_per_host=data["num_core_per_host"], bi_data=data["bi_data"], mask_alpha=data["mask_alpha"],
+        mask_beta=data["mask_beta"], uncased=data["uncased"], num_passes=FLAGS.num_passes)
+
+    shape = {name: FLAGS[name].value for name in SHAPE_FLAGS} | {"n_token": data["n_token"]}
+    if FLAGS.xlnet_config:
+        model = XLNetConfig.from_json(FLAGS.xlnet_config)
+        given = {name: f"--{name}" for name in SHAPE_FLAGS if FLAGS[name].present}
+        if settings["n_token"][1] and not FLAGS["n_token"].present:
+            given["n_token"] = f"the records' vocab_size ({settings['n_token'][1]})"
+        for name, source in given.items():
+            if shape[name] != getattr(model, name):
+                raise ConfigError(f"{source}={shape[name]} contradicts --xlnet_config={FLAGS.xlnet_config}: "
+                                  f"{name}={getattr(model, name)}")
+    else:
+        model = XLNetConfig(**shape)
+    if FLAGS.d_embed is not None and FLAGS.d_embed != model.d_model:
+        raise ConfigError(f"--d_embed={FLAGS.d_embed} must equal d_model={model.d_model} (XLNet embeds in d_model)")
+
+    run = RunConfig(mem_len=FLAGS.mem_len, reuse_len=data_config.reuse_len, bi_data=data_config.bi_data,
+                    clamp_len=FLAGS.clamp_len, same_length=FLAGS.same_length, dropout=FLAGS.dropout,
+                    dropatt=FLAGS.dropatt, use_bfloat16=FLAGS.use_bfloat16, init=FLAGS.init,
+                    init_std=FLAGS.init_std, init_range=FLAGS.init_range)
+    return training.TrainConfig(
+        record_info_dir=",".join(tfrecords for tfrecords, _ in record_dirs), model_dir=FLAGS.model_dir,
+        model=model, run=run, data=data_config, init_checkpoint=FLAGS.init_checkpoint,
+        learning_rate=FLAGS.learning_rate, clip=FLAGS.clip, min_lr_ratio=FLAGS.min_lr_ratio,
+        warmup_steps=FLAGS.warmup_steps, adam_epsilon=FLAGS.adam_epsilon, decay_method=FLAGS.decay_method,
+        weight_decay=FLAGS.weight_decay, train_steps=FLAGS.train_steps, iterations=FLAGS.iterations,
+        save_steps=FLAGS.save_steps, max_save=FLAGS.max_save, mix_sampling_factor=FLAGS.mix_sampling_factor,
+        seed=FLAGS.seed, strategy=FLAGS.strategy, devices=tuple(FLAGS.devices), tpu=FLAGS.tpu)
+
+
+def _fail(err) -> int:
+    print(f"train: error: {str(err).splitlines()[0]}", file=sys.stderr)
+    return 2
+
+
+def main(argv):
+    del argv
+    logging.getLogger().setLevel(logging.INFO)
+    try:
+        config = config_from_flags()
+    except (ConfigError, ValueError, OSError) as err:  # the configs' own checks raise ValueError
+        return _fail(err)
+    import tensorflow as tf
+    from xlnet_data import training
+    from xlnet_data.modeling import CheckpointMismatchError
+    try:
+        result = training.train(config)
+    except (ConfigError, CheckpointMismatchError, FileNotFoundError) as err:
+        return _fail(err)
+    except tf.errors.NotFoundError as err:  # e.g. an --init_checkpoint that is not there
+        return _fail(err.message)
+    print(f"done: step {result.step}, checkpoints and summaries in {config.model_dir}", file=sys.stderr)
+    return 0
+
+
+def run():
+    cli.run(main, "train", __doc__)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,466 @@
+"""Pretraining XLNet on the records: the whole training run, read top to bottom.
+
+    TrainConfig        everything a run depends on (frozen; train_gpu.py builds it from flags)
+    learning_rate      linear warmup, then poly or cosine decay to min_lr_ratio (the original's)
+    AdamWeightDecay    the original's optimizer: Adam, or Adam with decoupled weight decay
+    save/restore       checkpoints under the original's variable names (+ adam_m/adam_v, global_step)
+    replica_batches    records -> per-replica batches that keep the records' layout
+    sampling_probs     which source each step reads when several are mixed (XLM's sampling factor)
+    Trainer            the model, the optimizer and one distributed step
+    train              the loop: steps, logs, TensorBoard summaries, checkpoints
+
+The step is the original train_gpu.py's: each replica computes the PLM loss of its
+share of the batch with its own memories, the gradients are averaged over the
+replicas, clipped by global norm and applied once. Memories never leave their
+replica: replica r always gets the same rows of the records, so its memory
+continues its rows from step to step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import re
+import time
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
+
+from xlnet_data.config import ConfigError
+from xlnet_data.input_pipeline import InputConfig, PermutationFn, find_records, make_dataset
+from xlnet_data.modeling import RunConfig, XLNet, XLNetConfig, build_model, load_checkpoint
+
+log = logging.getLogger("xlnet_data")
+
+DECAY_METHODS = ("poly", "cos")
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+BETA_1, BETA_2 = 0.9, 0.999  # the original's (tf.train.AdamOptimizer and AdamWeightDecayOptimizer defaults)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """A training run. Names and defaults are the original train_gpu.py flags'.
+
+    record_info_dir: comma-separated `tfrecords/` dirs; without mix_sampling_factor their
+      files are read one after the other (the original), with it each step reads one dir.
+    data.bsz_per_host is the global batch (train_batch_size), split over the replicas.
+    """
+
+    record_info_dir: str
+    model_dir: str
+    model: XLNetConfig
+    run: RunConfig
+    data: InputConfig
+    init_checkpoint: Optional[str] = None
+    learning_rate: float = 1e-4
+    clip: float = 1.0
+    min_lr_ratio: float = 0.001
+    warmup_steps: int = 0
+    adam_epsilon: float = 1e-8
+    decay_method: str = "poly"
+    weight_decay: float = 0.0
+    train_steps: int = 100000
+    iterations: int = 1000
+    save_steps: Optional[int] = None  # None: a checkpoint at the end only
+    max_save: int = 5
+    mix_sampling_factor: Optional[float] = None
+    seed: int = 0  # model init, permutations, source draws
+    strategy: str = "auto"
+    devices: tuple[str, ...] = ()  # one_device / mirrored: the devices (default: the GPUs, else the CPU)
+    tpu: str = ""  # strategy tpu: the TPU's name or address
+
+    def __post_init__(self):
+        def need(ok, message):
+            if not ok:
+                raise ConfigError(message)
+
+        need(self.decay_method in DECAY_METHODS, f"--decay_method={self.decay_method} must be poly or cos")
+        need(self.strategy in STRATEGIES, f"--strategy={self.strategy} must be one of {', '.join(STRATEGIES)}")
+        for name in ("train_steps", "iterations", "max_save"):
+            need(getattr(self, name) > 0, f"--{name}={getattr(self, name)} must be positive")
+        need(self.save_steps is None or self.save_steps > 0, f"--save_steps={self.save_steps} must be positive")
+        need(self.warmup_steps >= 0, f"--warmup_steps={self.warmup_steps} must not be negative")
+        need(self.clip > 0, f"--clip={self.clip} must be positive")
+        need(self.mix_sampling_factor is None or self.mix_sampling_factor >= 0,
+             f"--mix_sampling_factor={self.mix_sampling_factor} must not be negative")
+        need(self.run.reuse_len == self.data.reuse_len and self.run.bi_data == self.data.bi_data,
+             "the model's reuse_len/bi_data must be the data's")
+
+    @property
+    def sources(self) -> list[str]:
+        """The record dirs read as separate streams: each dir when mixing, else all of them as one."""
+        if self.mix_sampling_factor is None:
+            return [self.record_info_dir]
+        return self.record_info_dir.split(",")
+
+
+# ----- learning rate and optimizer ---------------------------------------------------------------
+
+def learning_rate(step, cfg: TrainConfig) -> tf.Tensor:
+    """The rate of update number `step` (0-based): linear warmup from 0, then poly (linear) or
+    cosine decay to learning_rate * min_lr_ratio at train_steps (model_utils.get_train_op)."""
+    step = tf.cast(step, tf.float32)
+    peak, warmup, floor = cfg.learning_rate, cfg.warmup_steps, cfg.min_lr_ratio
+    progress = tf.clip_by_value((step - warmup) / max(cfg.train_steps - warmup, 1), 0.0, 1.0)
+    if cfg.decay_method == "poly":
+        decayed = peak * (1 - (1 - floor) * progress)
+    else:
+        decayed = peak * ((1 - floor) * 0.5 * (1 + tf.cos(math.pi * progress)) + floor)
+    if warmup == 0:
+        return decayed
+    return tf.where(step < warmup, peak * step / warmup, decayed)
+
+
+def uses_weight_decay(name: str) -> bool:
+    """The original AdamWeightDecayOptimizer's rule: LayerNorm and biases are not decayed, except the
+    attention biases r_w/r_r/r_s_bias (it lists them to include before it looks for 'bias')."""
+    if re.search("r_s_bias|r_r_bias|r_w_bias", name):
+        return True
+    return not re.search("LayerNorm|layer_norm|bias", name)
+
+
+class AdamWeightDecay(tf.Module):
+    """The update rule the original picks in get_train_op.
+
+    weight_decay == 0: tf.train.AdamOptimizer (bias-corrected step size).
+    weight_decay > 0: the original's AdamWeightDecayOptimizer: no bias correction,
+      lr * weight_decay * w subtracted from every weight `uses_weight_decay` names.
+    Slots m and v per weight; `step` is the global step (updates done so far).
+    """
+
+    def __init__(self, weights: dict[str, tf.Variable], cfg: TrainConfig):
+        super().__init__(name="adam")
+        self.cfg = cfg
+        self.weights = weights
+        self.m = {name: tf.Variable(tf.zeros(var.shape), trainable=False, name=f"{name}/adam_m")
+                  for name, var in weights.items()}
+        self.v = {name: tf.Variable(tf.zeros(var.shape), trainable=False, name=f"{name}/adam_v")
+                  for name, var in weights.items()}
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+
+    def apply(self, strategy: tf.distribute.Strategy, grads) -> tf.Tensor:
+        """One update of every weight (cross-replica context; grads in `weights` order, one per replica,
+        already averaged and clipped). Returns the scheduled learning rate."""
+        lr = learning_rate(self.step, self.cfg)
+        step_size = lr
+        if self.cfg.weight_decay == 0:
+            t = tf.cast(self.step + 1, tf.float32)
+            step_size = lr * tf.sqrt(1 - tf.pow(BETA_2, t)) / (1 - tf.pow(BETA_1, t))
+        for (name, var), grad in zip(self.weights.items(), grads):
+            decay = self.cfg.weight_decay if uses_weight_decay(name) else 0.0
+            # On each device: the local copy of the weight and its slots, with the local gradient.
+            strategy.extended.update(var, self._update, args=(grad, self.m[name], self.v[name], step_size, decay),
+                                     group=False)
+        self.step.assign_add(1)
+        return lr
+
+    def _update(self, var, grad, m, v, step_size, decay):
+        m.assign(BETA_1 * m + (1 - BETA_1) * grad)
+        v.assign(BETA_2 * v + (1 - BETA_2) * tf.square(grad))
+        update = m / (tf.sqrt(v) + self.cfg.adam_epsilon)
+        if decay:
+            update += decay * var
+        return var.assign_sub(step_size * update)
+
+
+# ----- checkpoints -------------------------------------------------------------------------------
+# Name-based, as the original's tf.train.Saver writes them: the model's variables under their
+# original names, the slots as "<name>/adam_m", "<name>/adam_v", and "global_step". The original
+# code (and modeling.load_checkpoint, hence --init_checkpoint) can read them.
+
+def save(model_dir: str, model: XLNet, optimizer: AdamWeightDecay, max_save: int) -> str:
+    """Writes model_dir/model.ckpt-<step>, lists it in model_dir/checkpoint, keeps the last max_save."""
+    step = int(optimizer.step.numpy())
+    prefix = os.path.join(model_dir, f"model.ckpt-{step}")
+    tensors = {"global_step": optimizer.step, **model.weights,
+               **{var.name.split(":")[0]: var for var in [*optimizer.m.values(), *optimizer.v.values()]}}
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=list(tensors), shape_and_slices=[""] * len(tensors),
+                      tensors=[tf.convert_to_tensor(t) for t in tensors.values()])
+    state = tf.train.get_checkpoint_state(model_dir)
+    previous = [os.path.basename(p) for p in state.all_model_checkpoint_paths] if state else []
+    kept = [p for p in previous if p != os.path.basename(prefix)][-(max_save - 1):] if max_save > 1 else []
+    kept.append(os.path.basename(prefix))
+    lines = [f"model_checkpoint_path: {json.dumps(kept[-1])}"]
+    lines += [f"all_model_checkpoint_paths: {json.dumps(p)}" for p in kept]
+    tmp = os.path.join(model_dir, "checkpoint.tmp")
+    with open(tmp, "w") as fp:
+        fp.write("\n".join(lines) + "\n")
+    os.replace(tmp, os.path.join(model_dir, "checkpoint"))
+    for old in set(previous) - set(kept):
+        for path in tf.io.gfile.glob(os.path.join(model_dir, old) + ".*"):
+            tf.io.gfile.remove(path)
+    return prefix
+
+
+def restore(path: str, model: XLNet, optimizer: AdamWeightDecay) -> None:
+    """Model, slots and step from one of our checkpoints (slots missing from it stay zero)."""
+    load_checkpoint(model, path)
+    reader = tf.train.load_checkpoint(path)
+    for slots in (optimizer.m, optimizer.v):
+        for var in slots.values():
+            name = var.name.split(":")[0]
+            if reader.has_tensor(name):
+                var.assign(reader.get_tensor(name))
+    if reader.has_tensor("global_step"):
+        optimizer.step.assign(int(reader.get_tensor("global_step")))
+
+
+# ----- data --------------------------------------------------------------------------------------
+
+def split_host_batch(value: tf.Tensor, num_replicas: int, bi_data: bool) -> tf.Tensor:
+    """One step of the records, [num_core, bsz_per_core, ...] (each core's block: its forward rows,
+    then the same rows reversed with bi_data) -> [num_replicas, bsz_per_replica, ...].
+
+    Replica r gets forward rows r*k .. r*k+k-1 (of all cores' forward rows in order) and, with
+    bi_data, their backward rows after them, so its batch has the halves the model expects.
+    """
+    shape = [num_replicas, -1, *value.shape[2:]]
+    if not bi_data:
+        return tf.reshape(value, shape)
+    half = value.shape[1] // 2
+    forward = tf.reshape(value[:, :half], shape)
+    backward = tf.reshape(value[:, half:], shape)
+    return tf.concat([forward, backward], axis=1)
+
+
+def replica_batches(record_dir: str, cfg: TrainConfig, num_replicas: int, *, start_step: int = 0,
+                    permutation: Optional[PermutationFn] = None,
+                    input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+    """Per-replica batches in the order a strategy deals them out: step s, replica r is element
+    s * num_replicas + r. start_step skips the steps a resumed run already trained on. With
+    several input pipelines (multi-worker), pipeline p keeps only its own replicas' batches."""
+    data = cfg.data
+    dataset = make_dataset(record_dir, data, seed=cfg.seed, permutation=permutation,
+                           start=start_step * data.bsz_per_host)
+    dataset = dataset.batch(data.num_core_per_host, drop_remainder=True)  # one step of the records
+    dataset = dataset.map(lambda features: {key: split_host_batch(value, num_replicas, data.bi_data)
+                                            for key, value in features.items()})
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        local = num_replicas // input_context.num_input_pipelines
+        first = input_context.input_pipeline_id * local
+        dataset = dataset.map(lambda features: {key: value[first:first + local] for key, value in features.items()})
+    return dataset.unbatch().prefetch(tf.data.AUTOTUNE)
+
+
+def source_tokens(record_dir: str, data: InputConfig) -> int:
+    """Tokens in a source's records (batches x rows x seq_len): what mixing weights are based on."""
+    return find_records(record_dir, data).num_batch * data.bsz_per_host * data.seq_len
+
+
+def sampling_probs(tokens, alpha: float) -> np.ndarray:
+    """XLM's language sampling: p_i proportional to tokens_i ** alpha (1: by size, 0: uniform)."""
+    weights = np.asarray(tokens, dtype=np.float64) ** alpha
+    return weights / weights.sum()
+
+
+def mixing_schedule(probs, num_steps: int, seed: int) -> np.ndarray:
+    """The source of every step of the run, drawn once from the seed (a resumed run draws the same)."""
+    return np.random.default_rng(seed).choice(len(probs), size=num_steps, p=probs)
+
+
+def mixture_line(counts, probs, names) -> str:
+    total = max(int(np.sum(counts)), 1)
+    return "mixture: " + ", ".join(f"{name} {100 * count / total:.1f}% (expected {100 * p:.1f}%)"
+                                   for name, count, p in zip(names, counts, probs))
+
+
+@dataclasses.dataclass
+class Source:
+    """One stream of records with its own memories, so that its rows stay consecutive."""
+
+    name: str
+    batches: Any  # iterator of distributed per-replica batches
+    mems: Any  # per-replica memories (None without mem_len)
+    steps: int = 0  # steps this run took from it
+
+
+# ----- the distributed step ----------------------------------------------------------------------
+
+def make_strategy(name: str = "auto", devices=(), tpu: str = "") -> tf.distribute.Strategy:
+    """auto: all local GPUs mirrored when there are several, else the one GPU, else the CPU."""
+    gpus = tf.config.list_logical_devices("GPU")
+    if name == "auto":
+        name = "mirrored" if len(gpus) > 1 else "one_device"
+    if name == "one_device":
+        return tf.distribute.OneDeviceStrategy(devices[0] if devices else "/gpu:0" if gpus else "/cpu:0")
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy(list(devices) or None)
+    if name == "multi_worker":  # the cluster comes from the TF_CONFIG environment variable
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+class Trainer:
+    """The model and its optimizer on a strategy, and the training step."""
+
+    def __init__(self, cfg: TrainConfig, strategy: tf.distribute.Strategy):
+        self.cfg = cfg
+        self.strategy = strategy
+        replicas = strategy.num_replicas_in_sync
+        rows = 2 * replicas if cfg.data.bi_data else replicas
+        if cfg.data.bsz_per_host % rows:
+            raise ConfigError(
+                f"--train_batch_size={cfg.data.bsz_per_host} cannot be split over {replicas} replica(s): it must "
+                f"be a multiple of {rows}" + (" (each replica needs forward and backward rows)" if cfg.data.bi_data
+                                              else ""))
+        self.bsz_per_replica = cfg.data.bsz_per_host // replicas
+        with strategy.scope():
+            self.model = build_model(cfg.model, cfg.run, seed=cfg.seed)
+            self.optimizer = AdamWeightDecay(self.model.weights, cfg)
+        self.variables = list(self.model.weights.values())
+        self.step = tf.function(self._step)
+        self.loss_and_grads = tf.function(self._distributed_loss_and_grads)
+
+    def initial_mems(self):
+        if not self.cfg.run.mem_len:
+            return None
+        # In the compute dtype, as the step returns them (so the step is traced once).
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda _: [tf.cast(mem, self.model.compute_dtype) for mem in self.model.initial_mems(self.bsz_per_replica)])
+
+    def _replica_loss_and_grads(self, features, mems):
+        """On one replica: its loss, the gradients averaged over all replicas, its next memories."""
+        with tf.GradientTape() as tape:
+            out = self.model.plm_loss(features, mems, training=True)
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(out.total_loss, self.variables)]
+        grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, grads)
+        return out.total_loss, grads, out.new_mems
+
+    def _replica_step(self, features, mems):
+        loss, grads, new_mems = self._replica_loss_and_grads(features, mems)
+        grads, gnorm = tf.clip_by_global_norm(grads, self.cfg.clip)
+        lr = tf.distribute.get_replica_context().merge_call(self.optimizer.apply, args=(grads,))
+        return loss, gnorm, lr, new_mems
+
+    def _step(self, features, mems):
+        """One update: (mean loss over replicas, gradient norm before clipping, learning rate, new mems)."""
+        loss, gnorm, lr, new_mems = self.strategy.run(self._replica_step, args=(features, mems))
+        mean = lambda value: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)  # noqa: E731
+        return mean(loss), mean(gnorm), mean(lr), new_mems
+
+    def _distributed_loss_and_grads(self, features, mems):
+        """Mean loss and averaged gradients of a step without applying them (for checks)."""
+        loss, grads, _ = self.strategy.run(self._replica_loss_and_grads, args=(features, mems))
+        first = lambda value: self.strategy.experimental_local_results(value)[0]  # noqa: E731
+        return self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None), [first(g) for g in grads]
+
+
+# ----- the loop ----------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class TrainResult:
+    step: int  # the global step reached
+    first_step: int  # the global step this run started from (> 0 when it resumed)
+    losses: list[float]  # loss of every step of this run
+    trainer: Trainer
+    sources: list[Source]
+
+
+def _check_model_dir(cfg: TrainConfig) -> None:
+    """Writes model_dir/xlnet_config.json, or checks that the one there is this model's."""
+    os.makedirs(cfg.model_dir, exist_ok=True)
+    path = os.path.join(cfg.model_dir, "xlnet_config.json")
+    if os.path.exists(path):
+        there = XLNetConfig.from_json(path)
+        if there != cfg.model:
+            changed = ", ".join(f"{key}={value} (here {getattr(cfg.model, key)})"
+                                for key, value in dataclasses.asdict(there).items()
+                                if value != getattr(cfg.model, key))
+            raise ConfigError(f"--model_dir={cfg.model_dir} holds another model: {changed}; use a new model_dir")
+    else:
+        cfg.model.to_json(path)
+
+
+def _start(cfg: TrainConfig, trainer: Trainer) -> int:
+    """Resumes from model_dir's latest checkpoint, else starts from --init_checkpoint or scratch."""
+    latest = tf.train.latest_checkpoint(cfg.model_dir)
+    if latest:
+        restore(latest, trainer.model, trainer.optimizer)
+        log.info("resumed from %s (step %d; memories start empty)", latest, int(trainer.optimizer.step.numpy()))
+    elif cfg.init_checkpoint:
+        load_checkpoint(trainer.model, cfg.init_checkpoint)
+        log.info("model initialised from %s", cfg.init_checkpoint)
+    return int(trainer.optimizer.step.numpy())
+
+
+def _open_sources(cfg: TrainConfig, trainer: Trainer, step: int, permutation: Optional[PermutationFn]):
+    """The sources, each positioned where this run starts in its own stream, and the source of every step."""
+    names = cfg.sources
+    probs = sampling_probs([source_tokens(name, cfg.data) for name in names], cfg.mix_sampling_factor or 0.0)
+    schedule = mixing_schedule(probs, cfg.train_steps, cfg.seed)  # all zeros with one source
+    done = np.bincount(schedule[:step], minlength=len(names))
+    replicas = trainer.strategy.num_replicas_in_sync
+    sources = []
+    for name, start in zip(names, done):
+        def dataset_fn(context, name=name, start=int(start)):
+            return replica_batches(name, cfg, replicas, start_step=start, permutation=permutation,
+                                   input_context=context)
+        batches = iter(trainer.strategy.distribute_datasets_from_function(dataset_fn))
+        sources.append(Source(name, batches, trainer.initial_mems()))
+    return sources, schedule, probs
+
+
+# What TensorBoard's scalar summaries carry: the scalars plugin's name.
+_SCALAR_METADATA = summary_pb2.SummaryMetadata(
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")).SerializeToString()
+
+
+def _report(step: int, losses: list[float], gnorm, lr, tokens: int, seconds: float, writer) -> None:
+    """Logs the window of steps that ended at `step`, and writes it as TensorBoard scalars."""
+    loss = sum(losses) / len(losses)
+    scalars = {"loss": loss, "perplexity": math.exp(min(loss, 700)), "bits_per_token": loss / math.log(2),
+               "gnorm": float(gnorm), "learning_rate": float(lr), "tokens_per_second": tokens / seconds}
+    log.info("step %d | loss %.4f | pplx %.2f | bpt %.4f | gnorm %.3f | lr %.3e | %.0f tok/s", step,
+             *scalars.values())
+    with writer.as_default(step=step):
+        for key, value in scalars.items():  # tf.summary.scalar, without needing the tensorboard package
+            tf.summary.write(key, tf.constant(value, tf.float32), metadata=_SCALAR_METADATA)
+
+
+def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None,
+          permutation: Optional[PermutationFn] = None, stop_after: Optional[int] = None) -> TrainResult:
+    """Trains until global step cfg.train_steps (resuming from model_dir when it has a checkpoint).
+
+    permutation: fixes the factorization orders (see input_pipeline.fixed_permutation).
+    stop_after: end after that many steps of this run without a final checkpoint, as if
+      the job were killed (to test resuming).
+    """
+    strategy = strategy or make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
+    _check_model_dir(cfg)
+    trainer = Trainer(cfg, strategy)
+    step = first_step = _start(cfg, trainer)
+    log.info("%d replica(s) of %d rows; %s parameters", strategy.num_replicas_in_sync, trainer.bsz_per_replica,
+             f"{sum(int(np.prod(v.shape)) for v in trainer.variables):,}")
+    sources, schedule, probs = _open_sources(cfg, trainer, step, permutation)
+    chief = strategy.extended.should_checkpoint  # multi-worker: only the chief writes
+    writer = tf.summary.create_file_writer(cfg.model_dir) if chief else tf.summary.create_noop_writer()
+
+    losses, window, tic = [], [], time.time()
+    end = cfg.train_steps if stop_after is None else min(cfg.train_steps, step + stop_after)
+    while step < end:
+        source = sources[schedule[step]]
+        loss, gnorm, lr, source.mems = trainer.step(next(source.batches), source.mems)
+        source.steps += 1
+        step += 1
+        window.append(loss)  # a tensor: read at the next report, so the device need not wait
+        if step % cfg.iterations == 0 or step == cfg.train_steps:
+            window = [float(value) for value in window]
+            _report(step, window, gnorm, lr, len(window) * cfg.data.bsz_per_host * cfg.data.seq_len,
+                    time.time() - tic, writer)
+            if len(sources) > 1:
+                log.info("%s", mixture_line([source.steps for source in sources], probs, cfg.sources))
+            losses, window, tic = losses + window, [], time.time()
+        if chief and (cfg.save_steps and step % cfg.save_steps == 0 or step == cfg.train_steps):
+            log.info("saved %s", save(cfg.model_dir, trainer.model, trainer.optimizer, cfg.max_save))
+    if step == first_step:
+        log.info("nothing to do: %s is at step %d, train_steps is %d", cfg.model_dir, step, cfg.train_steps)
+    writer.flush()
+    return TrainResult(step, first_step, losses + [float(value) for value in window], trainer, sources)
