@@ -9,7 +9,8 @@ start-up (imports, model loading, compiled-code cache) cancels. The yardstick is
 encoding alone (read, strip, encode in batches), measured the same way on the same corpora; with
 `--original` (a checkout of zihangdai/xlnet, see ../shared/README.md) the original data_utils.py is
 measured the same way on smaller corpora. Then the peak RSS of one `create` on an `rss_mb` corpus,
-as bytes per token over a tiny run's RSS, and the scaling from 1 to 2 workers on two tasks.
+as bytes per token over a tiny run's RSS, and the steady-state scaling from one worker on one core to
+two workers on two cores, on two tasks. `--parts` picks among throughput, rss and scaling.
 Each figure is the median of `--repeat` runs. Output is a Markdown report (also for BENCHMARKS.md).
 """
 
@@ -45,10 +46,10 @@ def make_corpus(directory, size_mb, source_files, num_files=4):
     return str(directory / "*.txt")
 
 
-def timed(cmd, env=None, pin=True):
-    """(seconds, peak RSS in bytes, stdout+stderr) of one command; pinned to CPU 0 when asked."""
-    if pin:
-        cmd = ["taskset", "-c", "0", *cmd]
+def timed(cmd, env=None, cores="0"):
+    """(seconds, peak RSS in bytes, stdout+stderr) of one command, pinned to `cores` (taskset's list)."""
+    if cores:
+        cmd = ["taskset", "-c", cores, *cmd]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     output = proc.stdout.read()
@@ -59,10 +60,10 @@ def timed(cmd, env=None, pin=True):
     return seconds, usage.ru_maxrss * 1024, output
 
 
-def run_create(input_glob, save_dir, flags, sp_path, workers=1, extra=(), pin=True):
+def run_create(input_glob, save_dir, flags, sp_path, workers=1, extra=(), cores="0"):
     cmd = [sys.executable, "-m", "xlnet_data.create", f"--input_glob={input_glob}", f"--sp_path={sp_path}",
            f"--save_dir={save_dir}", f"--num_workers={workers}", "--overwrite", *flags, *extra]
-    seconds, rss, output = timed(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), pin=pin)
+    seconds, rss, output = timed(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), cores=cores)
     tokens = int(re.search(r"done: \d+ unit\(s\), (\d+) tokens", output).group(1))
     return seconds, rss, tokens
 
@@ -95,10 +96,19 @@ def encode_only(input_glob, sp_path):
     print(tokens)
 
 
-def steady(runs_small, runs_large):
-    """Steady-state rate from medians: (tokens large - tokens small) / (seconds large - seconds small)."""
-    (t1, n1), (t2, n2) = [(statistics.median(r[0] for r in runs), runs[0][1]) for runs in (runs_small, runs_large)]
-    return (n2 - n1) / (t2 - t1)
+def steady(run, small, large, repeat):
+    """Steady-state rate: (tokens large - tokens small) / (seconds large - seconds small), so that start-up
+    cancels. `run(corpus) -> (seconds, tokens)`; the two sizes alternate, so that drift of a shared machine
+    hits both; returns (median, lowest, highest) over the `repeat` pairs."""
+    rates = []
+    for _ in range(repeat):
+        (t1, n1), (t2, n2) = run(small), run(large)
+        rates.append((n2 - n1) / (t2 - t1))
+    return statistics.median(rates), min(rates), max(rates)
+
+
+def _rate(stats):
+    return f"{stats[0]:,.0f} ({stats[1]:,.0f}-{stats[2]:,.0f})"
 
 
 def main():
@@ -111,6 +121,7 @@ def main():
     parser.add_argument("--sp_path", default=str(SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"))
     parser.add_argument("--source", default=str(SHARED / "data" / "corpus_en"),
                         help="folder of .txt books the corpora are built from (or sample_corpus)")
+    parser.add_argument("--parts", default="throughput,rss,scaling", help="what to measure, comma-separated")
     parser.add_argument("--encode_only", nargs=2, metavar=("GLOB", "SP_PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.encode_only:
@@ -124,43 +135,55 @@ def main():
     large = make_corpus(work / "large", 2 * args.size_mb, books)
     out = work / "out"
     report = [f"corpora: {args.size_mb:g} MB and {2 * args.size_mb:g} MB from {args.source}; "
-              f"median of {args.repeat}; one core (taskset -c 0) unless said", ""]
+              f"median of {args.repeat}; one core (taskset -c 0) unless said; {os.cpu_count()} CPUs", ""]
 
-    enc = [[run_encode_only(g, args.sp_path) for _ in range(args.repeat)] for g in (small, large)]
-    encode_rate = steady(*enc)
-    report += ["| configuration | create tokens/s | SentencePiece-only tokens/s | ratio | original tokens/s | speed-up |",
-               "|---|---|---|---|---|---|"]
+    parts = args.parts.split(",")
+    if "throughput" in parts:
+        report += throughput(args, work, small, large, out, books)
+    if "rss" in parts:
+        report += peak_rss(args, work, out, books)
+    if "scaling" in parts:
+        report += scaling(args, small, large, out)
+    print("\n".join(report))
+
+
+def throughput(args, work, small, large, out, books):
+    encode = steady(lambda g: run_encode_only(g, args.sp_path), small, large, args.repeat)
+    report = ["| configuration | create tokens/s | SentencePiece-only tokens/s | ratio | original tokens/s | speed-up |",
+              "|---|---|---|---|---|---|"]
     for name, flags in CONFIGS.items():
-        runs = [[run_create(g, out, flags, args.sp_path)[::2] for _ in range(args.repeat)] for g in (small, large)]
-        rate = steady(*runs)
+        rate = steady(lambda g: run_create(g, out, flags, args.sp_path)[::2], small, large, args.repeat)
         original, speedup = "", ""
         if args.original:
             o_small = make_corpus(work / "o_small", args.original_mb, books)
             o_large = make_corpus(work / "o_large", 2 * args.original_mb, books)
-            tokens = [run_create(g, out, flags, args.sp_path)[2] for g in (o_small, o_large)]
-            o_runs = [[(run_original(args.original, g, work / "o_out", flags, args.sp_path), n)
-                       for _ in range(args.repeat)] for g, n in zip((o_small, o_large), tokens)]
-            o_rate = steady(*o_runs)
-            original, speedup = f"{o_rate:,.0f}", f"{rate / o_rate:.1f}x"
-        report.append(f"| {name} | {rate:,.0f} | {encode_rate:,.0f} | {rate / encode_rate:.2f} | {original} | {speedup} |")
+            tokens = {g: run_create(g, out, flags, args.sp_path)[2] for g in (o_small, o_large)}
+            o_rate = steady(lambda g: (run_original(args.original, g, work / "o_out", flags, args.sp_path), tokens[g]),
+                            o_small, o_large, args.repeat)
+            original, speedup = _rate(o_rate), f"{rate[0] / o_rate[0]:.1f}x"
+        report.append(f"| {name} | {_rate(rate)} | {_rate(encode)} | {rate[0] / encode[0]:.2f} | {original} | {speedup} |")
+    return report + ["", "(median, then lowest-highest, of the per-pair steady-state rates)"]
 
+
+def peak_rss(args, work, out, books):
     flags = CONFIGS["seq_len 128"]
-    if args.rss_mb:
-        tiny = make_corpus(work / "tiny", 0.2, books, num_files=1)
-        base_rss = statistics.median(run_create(tiny, out, flags, args.sp_path)[1] for _ in range(args.repeat))
-        big = make_corpus(work / "big", args.rss_mb, books, num_files=1)
-        seconds, rss, tokens = run_create(big, out, flags, args.sp_path)
-        report += ["", f"peak RSS, one {args.rss_mb:g} MB file (seq_len 128): {rss / 2**20:,.0f} MiB for {tokens:,} tokens; "
-                   f"a 0.2 MB run: {base_rss / 2**20:,.0f} MiB; growth {(rss - base_rss) / tokens:.2f} bytes/token "
-                   f"({seconds:.1f} s)"]
+    tiny = make_corpus(work / "tiny", 0.2, books, num_files=1)
+    base_rss = statistics.median(run_create(tiny, out, flags, args.sp_path)[1] for _ in range(args.repeat))
+    big = make_corpus(work / "big", args.rss_mb, books, num_files=1)
+    seconds, rss, tokens = run_create(big, out, flags, args.sp_path)
+    return ["", f"peak RSS, one {args.rss_mb:g} MB file (seq_len 128): {rss / 2**20:,.0f} MiB for {tokens:,} "
+                f"tokens; a 0.2 MB run: {base_rss / 2**20:,.0f} MiB; growth {(rss - base_rss) / tokens:.2f} "
+                f"bytes/token ({seconds:.1f} s)"]
 
-    two_tasks = ["--num_task=2", "--num_passes=1"]
-    by_workers = {w: statistics.median(run_create(large, out, flags, args.sp_path, workers=w, extra=two_tasks,
-                                                  pin=False)[0] for _ in range(args.repeat))
-                  for w in (1, 2)}
-    report += ["", f"2 tasks on {2 * args.size_mb:g} MB, all cores: 1 worker {by_workers[1]:.2f} s, "
-               f"2 workers {by_workers[2]:.2f} s, speed-up {by_workers[1] / by_workers[2]:.2f}x"]
-    print("\n".join(report))
+
+def scaling(args, small, large, out):
+    """Two tasks: one worker on one core against two workers on two cores, steady state as above."""
+    flags, two_tasks, rates = CONFIGS["seq_len 128"], ["--num_task=2"], {}
+    for workers, cores in ((1, "0"), (2, "0,1")):
+        rates[workers] = steady(lambda g: run_create(g, out, flags, args.sp_path, workers=workers, extra=two_tasks,
+                                                     cores=cores)[::2], small, large, args.repeat)
+    return ["", f"2 tasks (seq_len 128), steady state: 1 worker on 1 core {_rate(rates[1])} tokens/s, "
+                f"2 workers on 2 cores {_rate(rates[2])} tokens/s, speed-up {rates[2][0] / rates[1][0]:.2f}x"]
 
 
 if __name__ == "__main__":
