@@ -20,7 +20,7 @@ pytestmark = [needs_shared, pytest.mark.skipif(not XLNET_REF, reason="XLNET_REF 
 
 WORDS = ["the", "of", "Alice", "rabbit", "naïve", "café", "Zürich", "résumé", "1,000", "2000,", "19,", "3.5",
          "``quoted''", "(paren)", "well-known", "東京", "한국어", "ไทย", "don't", "e-mail", "$5", "x", "über",
-         "façade", "—", "...", "?", "!"]
+         "façade", "—", "...", "?", "!", "ΟΔΟΣ", "İstanbul", "ﬁnal", "①", "Ǆemal", "straße", "Tiếng Việt", "😀"]
 
 
 def random_sentence(rng):
@@ -32,6 +32,10 @@ def random_sentence(rng):
         sentence += "<eop>"
     if rng.random() < 0.1:
         sentence = "  " + sentence.replace(" ", " \t ") + "  "
+    if rng.random() < 0.1:  # whitespace that is not a line break for tf.gfile, but is for str.splitlines
+        sentence = sentence.replace(" ", rng.choice(["\u2028", "\x0b", "\x1c", "\x85", "\xa0", "\u3000"]), 2)
+    if rng.random() < 0.1:
+        sentence += "\r"
     return sentence
 
 
