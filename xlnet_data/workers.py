@@ -53,6 +53,10 @@ def _run_unit(config, unit, files):
                              encode_threads=_encode_threads)
 
 
+def _run_unit_job(job):
+    return _run_unit(*job)
+
+
 def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     """Runs the plan's units, `num_workers` at a time (default: the CPU count); returns their UnitResults."""
     units = plan.units
@@ -80,11 +84,10 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
                 done.append(_run_unit(config, unit, files))
         else:
             with context.Pool(num_workers, initializer=_init_worker, initargs=(counters, encode_threads)) as pool:
-                jobs = [(config, unit, files) for unit, files in units]
-                for result in pool.starmap(_run_unit, jobs, chunksize=1):
-                    done.append(result)
+                for result in pool.imap_unordered(_run_unit_job, [(config, unit, files) for unit, files in units]):
+                    done.append(result)  # as each finishes, so that the progress line counts units
     finally:
         stop.set()
         reporter.join()
         progress.close()
-    return done
+    return sorted(done, key=lambda result: (result.unit.task, result.unit.pass_id))
