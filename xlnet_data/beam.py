@@ -7,7 +7,6 @@ retried element rewrites identical files, and a re-run of a failed pipeline skip
 and field. Apache Beam is an optional extra, imported only here and only when used.
 """
 
-import dataclasses
 import logging
 import shlex
 
@@ -20,7 +19,8 @@ log = logging.getLogger("xlnet_data")
 
 INSTALL_HINT = "--runner=beam needs Apache Beam: pip install 'xlnet-data[beam]'"
 _NAMESPACE = "xlnet_data"
-_COUNTED = [f.name for f in dataclasses.fields(pipeline.UnitResult) if f.type is int]  # files, lines, tokens, ...
+_COUNTED = ("files", "lines", "tokens", "records", "num_batch", "dropped_tokens", "invalid_utf8_lines",
+            "skipped_files")  # UnitResult's counts
 
 
 def _import_beam():

@@ -8,10 +8,11 @@ from absl import app, flags
 def run(main, program, doc):
     """Runs `main` under absl. A bad or unknown flag is one line `program: error: ...` and exit status 2.
 
-    `doc` heads --help (absl prints __main__'s docstring, which a console-script wrapper lacks).
+    `doc` heads --help (absl prints __main__'s docstring: a console-script wrapper has none, and under
+    `python -m xlnet_data COMMAND` it would be the dispatcher's).
     """
     main_module = sys.modules.get("__main__")
-    if main_module is not None and not getattr(main_module, "__doc__", None):
+    if main_module is not None:
         main_module.__doc__ = doc
 
     def parse(argv):

@@ -49,8 +49,8 @@ def task_files(paths, task, num_task):
 
 
 def _line_blocks(path, stats, strict):
-    """Yields (number of the first line, decoded lines) a block at a time; lines are cut at b"\\n" only,
-    as tf.gfile does, and invalid UTF-8 is replaced (or fatal when strict)."""
+    """Yields (number of the first line, decoded lines, bytes read) a block at a time; lines are cut at
+    b"\\n" only, as tf.gfile does, and invalid UTF-8 is replaced (or fatal when strict)."""
     rest = b""
     with fileio.open_read(path) as f:
         while True:
@@ -62,19 +62,23 @@ def _line_blocks(path, stats, strict):
             rest = block[cut:]
             if cut:
                 first = stats.lines + 1
-                yield first, _decode_lines(path, block[:cut - 1].split(b"\n"), stats, strict)
+                yield first, _decode_lines(path, block[:cut - 1], stats, strict), cut
     if rest:
         first = stats.lines + 1
-        yield first, _decode_lines(path, [rest], stats, strict)
+        yield first, _decode_lines(path, rest, stats, strict), len(rest)
 
 
-def _decode_lines(path, raw_lines, stats, strict):
+def _decode_lines(path, raw_block, stats, strict):
+    """The lines of a block (without its last line break)."""
     first_line = stats.lines + 1
-    stats.lines += len(raw_lines)
     try:
-        return b"\n".join(raw_lines).decode("utf-8").split("\n")
+        lines = raw_block.decode("utf-8").split("\n")
+        stats.lines += len(lines)
+        return lines
     except UnicodeDecodeError:
         pass
+    raw_lines = raw_block.split(b"\n")
+    stats.lines += len(raw_lines)
     lines = []
     for number, raw in enumerate(raw_lines, first_line):
         try:
@@ -131,7 +135,7 @@ def _encode_block(lines, first, path, encoder, *, from_raw_text, uncased, use_eo
 def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab_size, strict=False,
                on_progress: Optional[Callable[[int, int, int], None]] = None):
     """Reads one file into a Shard, or None when it has no lines or no ids (the original skips the former
-    and crashes on the latter). `on_progress(lines, tokens, chars)` is called after every block of lines.
+    and crashes on the latter). `on_progress(lines, tokens, bytes)` is called after every block of lines.
 
     Flags start True and flip after every line; a blank line with `use_eod` becomes <eod>, flipped
     before and after, so it keeps the flag of the sentence before it and the next sentence flips.
@@ -139,7 +143,7 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
     stats = FileStats()
     ids_chunks, flag_chunks = [], []
     sent_id = True
-    for first, lines in _line_blocks(path, stats, strict):
+    for first, lines, nbytes in _line_blocks(path, stats, strict):
         long_lines = [i for i, line in enumerate(lines) if len(line) > LONG_LINE_CHARS]
         if long_lines and not stats.long_lines:
             log.warning("%s:%d: a line of %d characters (kept; is the file one sentence per line?)",
@@ -156,7 +160,7 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
             stats.tokens += int(ids.size)
         sent_id = bool(sent_id ^ (int(is_text.sum()) & 1))
         if on_progress:
-            on_progress(len(lines), int(ids.size), sum(map(len, lines)) + len(lines))
+            on_progress(len(lines), int(ids.size), nbytes)
     if stats.invalid_utf8_lines:
         log.warning("%s:%d: %d line(s) not valid UTF-8; bad bytes replaced by U+FFFD (--strict stops instead)",
                     path, stats.first_invalid_line, stats.invalid_utf8_lines)

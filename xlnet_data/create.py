@@ -49,7 +49,8 @@ flags.DEFINE_integer("num_task", _DEFAULTS.num_task, "Tasks the sorted file list
 flags.DEFINE_integer("task", None, "The task to run; unset: every task of --num_task (the original's default was 0).")
 # New flags.
 flags.DEFINE_integer("num_passes", None, "Write passes 0..num_passes-1 (each a different sampling of A/B and masks).")
-flags.DEFINE_integer("num_workers", None, "Parallel processes for the (task, pass) units; default: the CPU count.")
+flags.DEFINE_integer("num_workers", None, "Parallel processes for the (task, pass) units; default: the CPU count.",
+                     lower_bound=1)
 flags.DEFINE_enum("span_unit", _DEFAULTS.span_unit, list(SPAN_UNITS),
                   "piece: spans of n pieces from a word start, as the original (may cut words); "
                   "word: spans of n whole words, as the paper describes.")

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xlnet_data import vocab as _vocab
+from xlnet_data import fileio, vocab as _vocab
 from xlnet_data.records import FEATURES, RecordError, parse_example, read_records
 from xlnet_data.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID
 
@@ -484,7 +484,9 @@ def parse_record_filename(name):
 
 
 def _is_record_file(name):
-    return ".tfrecord" in os.path.basename(name) and not name.endswith(".json")
+    """A tfrecords file, not its JSON, nor the temporary file of an unfinished (or killed) create."""
+    base = os.path.basename(name)
+    return ".tfrecord" in base and not base.endswith(".json") and fileio.TMP_MARK not in base
 
 
 def resolve_inputs(paths):
@@ -695,6 +697,10 @@ def _main(argv):
     except (DumpError, RecordError, _vocab.VocabError) as error:
         out.flush()
         print(f"error: {error}", file=err)
+        return 1
+    except OSError as error:  # e.g. an unwritable --plot path, an unreadable folder
+        out.flush()
+        print(f"error: {error.filename or ''}: {error.strerror or error}", file=err)
         return 1
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -44,8 +44,8 @@ def remove(path):
         os.remove(path)
 
 
-def listdir(path):
-    return _gfile().listdir(path) if is_remote(path) else os.listdir(path)
+def size(path):
+    return _gfile().stat(path).length if is_remote(path) else os.path.getsize(path)
 
 
 def open_read(path):

@@ -1,6 +1,6 @@
 """The training input: records -> the permutation-LM features XLNet trains on.
 
-This is the original `data_utils.get_input_fn` in TF2 (see SPEC.md section 6):
+This is the original `data_utils.get_input_fn` in TF2 (the behaviour contract's section 6):
 the records of one or more record dirs are read in stream order, and each
 example gets, per part (the first `reuse_len` positions, then the rest), a local
 permutation of block size `perm_size` from which `perm_mask`, `target_mask`,
@@ -54,9 +54,10 @@ PermutationFn = Callable[[tf.Tensor, int], tf.Tensor]
 class InputConfig:
     """What the records were made with, and how to cut them into training features.
 
-    `bsz_per_host`, `bi_data`, `mask_alpha`, `mask_beta`, `uncased` and
-    `num_predict` only name the record files (the original's file-name scheme);
-    `num_predict` also fixes the padded prediction count. `num_core_per_host`
+    `mask_alpha`, `mask_beta` and `uncased` only name the record files (the
+    original's file-name scheme); `bsz_per_host` and `bi_data` also set the batch
+    per core and how a batch is split; `num_predict` also fixes the padded
+    prediction count. `num_core_per_host`
     should be the one the records were made with (corpus_info.json): with
     bi_data each core's block of rows is its own forward + backward halves.
     """

@@ -14,10 +14,6 @@ class Rows:
     source: np.ndarray      # [bsz_per_host] int64
     reverse: np.ndarray     # [bsz_per_host] bool
 
-    @property
-    def row_len(self):
-        return self.data.shape[1]
-
 
 def batchify(data, num_rows):
     """The stream cut to a multiple of `num_rows` and reshaped to rows (a view, no copy)."""

@@ -9,7 +9,6 @@ import dataclasses
 import json
 import logging
 import os
-import time
 from typing import Callable, Optional
 
 import numba
@@ -48,7 +47,6 @@ class UnitResult:
     dropped_tokens: int = 0
     invalid_utf8_lines: int = 0
     skipped_files: int = 0  # files without any token
-    seconds: float = 0.0
     record_path: Optional[str] = None
     skipped: str = ""  # why nothing was written, if so
 
@@ -205,7 +203,6 @@ def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None, on_r
 
     record_info holds the original's keys (`filenames`, `num_batch`) and `create_settings`.
     """
-    start = time.time()
     result = UnitResult(unit)
     ids, sent_ids, random_state = read_task_stream(config, files, sp, result, on_progress, encode_threads)
     rows = layout.layout_rows(ids, sent_ids, config.bsz_per_host, config.num_core, config.bi_data)
@@ -217,10 +214,10 @@ def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None, on_r
             if num_batch == 0:
                 raise _NoBatches
     except _NoBatches:
-        need = (config.seq_len + config.reuse_len) * rows.data.shape[0]
-        result.skipped = (f"task {unit.task} has {result.tokens} tokens, too few for one batch "
-                          f"(about {need} are needed: bsz_per_host rows of seq_len + reuse_len); nothing written")
-        result.seconds = time.time() - start
+        rows_of_stream = rows.data.shape[0]  # bsz_per_host, or half of it with bi_data
+        result.skipped = (f"task {unit.task} has {result.tokens} tokens, too few for one batch (more than "
+                          f"{(config.seq_len + 1) * rows_of_stream} are needed: {rows_of_stream} rows of seq_len + 1, "
+                          "and room for A/B); nothing written")
         return result
     info = {"filenames": [record_path], "num_batch": num_batch, "create_settings": record_settings(config)}
     fileio.write_text_atomic(info_path, json.dumps(info))
@@ -228,5 +225,4 @@ def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None, on_r
     result.records = num_batch * config.bsz_per_host
     result.dropped_tokens = result.tokens - num_batch * config.reuse_len * rows.data.shape[0]
     result.record_path = record_path
-    result.seconds = time.time() - start
     return result

@@ -59,8 +59,8 @@ def unit_is_complete(config, unit):
 
 def _size(path):
     try:
-        return 0 if fileio.is_remote(path) else os.path.getsize(path)
-    except OSError:
+        return fileio.size(path)
+    except Exception:  # an unknown size only blurs the progress line's ETA
         return 0
 
 

@@ -211,10 +211,14 @@ def _open_records(path):
     """A reader of the file's record bytes; gzip is told by its magic bytes, not by its name."""
     try:
         raw = fileio.open_read(path)
+    except OSError as err:
+        raise RecordError(path, 0, f"cannot open: {err.strerror or err}") from None
+    try:
         gzipped = raw.read(2) == b"\x1f\x8b"
         raw.seek(0)
     except OSError as err:
-        raise RecordError(path, 0, f"cannot open: {err.strerror or err}") from None
+        raw.close()
+        raise RecordError(path, 0, f"cannot read: {err.strerror or err}") from None
     return _GzipStream(raw) if gzipped else raw
 
 

@@ -3,7 +3,7 @@
 The original train_gpu.py's flags, same names and defaults, except that the data flags
 (train_batch_size, seq_len, reuse_len, bi_data, ...) and n_token default to the records'
 corpus_info.json, and an explicit flag that contradicts it is refused. The loop itself is
-xlnet_data/training.py; see docs/training.md for examples.
+xlnet_data/training.py; README.md ("Pretraining: train_gpu") has examples.
 """
 
 import glob
@@ -190,10 +190,9 @@ def main(argv):
         return _fail(err)
     import tensorflow as tf
     from xlnet_data import training
-    from xlnet_data.modeling import CheckpointMismatchError
     try:
         result = training.train(config)
-    except (ConfigError, CheckpointMismatchError, FileNotFoundError) as err:
+    except (ConfigError, ValueError, OSError) as err:  # checkpoint mismatch, bad JSON, unwritable model_dir...
         return _fail(err)
     except tf.errors.NotFoundError as err:  # e.g. an --init_checkpoint that is not there
         return _fail(err.message)

@@ -457,7 +457,8 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
                     time.time() - tic, writer)
             if len(sources) > 1:
                 log.info("%s", mixture_line([source.steps for source in sources], probs, cfg.sources))
-            losses, window, tic = losses + window, [], time.time()
+            losses.extend(window)
+            window, tic = [], time.time()
         if chief and (cfg.save_steps and step % cfg.save_steps == 0 or step == cfg.train_steps):
             log.info("saved %s", save(cfg.model_dir, trainer.model, trainer.optimizer, cfg.max_save))
     if step == first_step:

@@ -12,7 +12,7 @@ from xlnet_data.plan import Plan
 from xlnet_data.progress import Progress
 from xlnet_data.vocab import load_sentencepiece
 
-_counters = None  # shared by the workers: [lines, tokens, records, chars read]
+_counters = None  # shared by the workers: [lines, tokens, records, bytes read]
 _encode_threads = -1  # SentencePiece threads per worker: the cores shared out among the workers
 
 
@@ -35,11 +35,11 @@ def _init_worker(counters, encode_threads):
     logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(message)s")
 
 
-def _count_input(lines, tokens, chars):
+def _count_input(lines, tokens, nbytes):
     with _counters.get_lock():
         _counters[0] += lines
         _counters[1] += tokens
-        _counters[3] += chars
+        _counters[3] += nbytes
 
 
 def _count_records(records):
@@ -65,7 +65,7 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     context = multiprocessing.get_context("spawn")  # no fork: the parent may hold threads
     counters = context.Array("q", 4)
     progress = Progress(plan.input_bytes)
-    cores = len(os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     num_workers = min(len(units), num_workers or cores)
     encode_threads = max(1, cores // num_workers)
     done = []
