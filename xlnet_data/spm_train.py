@@ -144,14 +144,10 @@ def _explain(err):
 
 def verify_model(path):
     """Checks a trained model: XLNet's special ids, and `<eop>` glued to a sentence is its own piece."""
-    sp = spm.SentencePieceProcessor()
     try:
-        sp.load(path)
-    except (OSError, RuntimeError) as err:
-        raise SpmTrainError(f"cannot load the trained model {path}: {str(err).splitlines()[0]}") from None
-    wrong = vocab.special_id_mismatches(sp)
-    if wrong:
-        raise SpmTrainError(f"the trained model {path} does not have XLNet's special ids: {', '.join(wrong)}")
+        sp = vocab.load_sentencepiece(path)  # the same check create makes
+    except vocab.VocabError as err:
+        raise SpmTrainError(f"the trained model fails XLNet's checks: {err}") from None
     ids = sp.encode("the end.<eop>")
     if not ids or ids[-1] != vocab.EOP_ID or ids.count(vocab.EOP_ID) != 1:
         raise SpmTrainError(f"the trained model {path} does not encode <eop> after a sentence as id "
