@@ -85,6 +85,7 @@ def run_original(reference, input_glob, save_dir, flags, sp_path):
 def encode_only(input_glob, sp_path):
     """The yardstick: SentencePiece alone over the corpus lines (stripped), in batches, single-threaded."""
     import glob
+
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor(model_file=sp_path)
     tokens = 0
@@ -92,7 +93,7 @@ def encode_only(input_glob, sp_path):
         with open(path, encoding="utf-8") as f:
             lines = [line.strip() for line in f]
         for i in range(0, len(lines), 20000):
-            tokens += sum(map(len, sp.encode([l for l in lines[i:i + 20000] if l], num_threads=1)))
+            tokens += sum(map(len, sp.encode([line for line in lines[i:i + 20000] if line], num_threads=1)))
     print(tokens)
 
 
@@ -152,16 +153,18 @@ def throughput(args, work, small, large, out, books):
     report = ["| configuration | create tokens/s | SentencePiece-only tokens/s | ratio | original tokens/s | speed-up |",
               "|---|---|---|---|---|---|"]
     for name, flags in CONFIGS.items():
-        rate = steady(lambda g: run_create(g, out, flags, args.sp_path)[::2], small, large, args.repeat)
+        rate = steady(lambda g, flags=flags: run_create(g, out, flags, args.sp_path)[::2], small, large, args.repeat)
         original, speedup = "", ""
         if args.original:
             o_small = make_corpus(work / "o_small", args.original_mb, books)
             o_large = make_corpus(work / "o_large", 2 * args.original_mb, books)
             tokens = {g: run_create(g, out, flags, args.sp_path)[2] for g in (o_small, o_large)}
-            o_rate = steady(lambda g: (run_original(args.original, g, work / "o_out", flags, args.sp_path), tokens[g]),
-                            o_small, o_large, args.repeat)
+            def run_it(g, flags=flags, tokens=tokens):
+                return run_original(args.original, g, work / "o_out", flags, args.sp_path), tokens[g]
+            o_rate = steady(run_it, o_small, o_large, args.repeat)
             original, speedup = _rate(o_rate), f"{rate[0] / o_rate[0]:.1f}x"
-        report.append(f"| {name} | {_rate(rate)} | {_rate(encode)} | {rate[0] / encode[0]:.2f} | {original} | {speedup} |")
+        ratio = rate[0] / encode[0]
+        report.append(f"| {name} | {_rate(rate)} | {_rate(encode)} | {ratio:.2f} | {original} | {speedup} |")
     return report + ["", "(median, then lowest-highest, of the per-pair steady-state rates)"]
 
 
@@ -180,8 +183,9 @@ def scaling(args, small, large, out):
     """Two tasks: one worker on one core against two workers on two cores, steady state as above."""
     flags, two_tasks, rates = CONFIGS["seq_len 128"], ["--num_task=2"], {}
     for workers, cores in ((1, "0"), (2, "0,1")):
-        rates[workers] = steady(lambda g: run_create(g, out, flags, args.sp_path, workers=workers, extra=two_tasks,
-                                                     cores=cores)[::2], small, large, args.repeat)
+        def run_it(g, workers=workers, cores=cores):
+            return run_create(g, out, flags, args.sp_path, workers=workers, extra=two_tasks, cores=cores)[::2]
+        rates[workers] = steady(run_it, small, large, args.repeat)
     return ["", f"2 tasks (seq_len 128), steady state: 1 worker on 1 core {_rate(rates[1])} tokens/s, "
                 f"2 workers on 2 cores {_rate(rates[2])} tokens/s, speed-up {rates[2][0] / rates[1][0]:.2f}x"]
 

@@ -1,6 +1,6 @@
 """Times XLNet training steps on synthetic features: median step time and tokens/s.
 
-The step is the real one (xlnet_data.training.Trainer: PLM loss, all-reduce, clipping, Adam),
+The step is the real one (xlnet_data.pretrain.training.Trainer: PLM loss, all-reduce, clipping, Adam),
 on every local GPU by default, with the memories carried from step to step.
 
     python benchmarks/bench_train.py                        # XLNet-Base shape, 4 rows per replica, 20 steps
@@ -22,9 +22,9 @@ import tensorflow as tf
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from xlnet_data import input_pipeline as ip  # noqa: E402
-from xlnet_data import modeling as M  # noqa: E402
-from xlnet_data import training as T  # noqa: E402
+from xlnet_data.pretrain import inputs as ip
+from xlnet_data.pretrain import modeling as M
+from xlnet_data.pretrain import training as T
 
 SHAPES = {  # model, seq_len, reuse_len, mem_len, num_predict
     "base": (M.XLNetConfig(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072, ff_activation="gelu",

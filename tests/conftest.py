@@ -14,7 +14,8 @@ SHARED = ROOT.parent / "shared"
 XLNET_SPM = SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"
 GOLDEN = SHARED / "golden"
 
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (goldens, XLNet's SentencePiece model) is absent")
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(),
+                                  reason="../shared (goldens, XLNet's SentencePiece model) is absent")
 
 
 def run_module(module, *args, cwd=None, timeout=600):
@@ -32,7 +33,7 @@ def golden_flags(case_dir):
 
 def read_save_dir(save_dir, seq_len=None):
     """{tfrecords base name (without .gz): [features dict, ...]} of a save_dir."""
-    from xlnet_data import records
+    from xlnet_data.common import records
     out = {}
     for path in sorted(glob.glob(os.path.join(save_dir, "tfrecords", "*.tfrecords*"))):
         name = os.path.basename(path)
@@ -50,6 +51,33 @@ def record_infos(save_dir):
 
 
 SAMPLE_CORPUS = ROOT / "sample_corpus"
+G1 = GOLDEN / "g1_blog"
+
+
+def g1_file():
+    return next((G1 / "expected" / "tfrecords").glob("*.tfrecords.gz"))
+
+
+def tf_parse(tf, path, compression=""):
+    """Every record of a file as {name: list}, parsed by TensorFlow itself."""
+    out = []
+    for raw in tf.data.TFRecordDataset(str(path), compression_type=compression):
+        example = tf.train.Example.FromString(raw.numpy())
+        out.append({k: list(v.int64_list.value) for k, v in example.features.feature.items()})
+    return out
+
+
+@pytest.fixture(scope="module")
+def tf():
+    return pytest.importorskip("tensorflow")
+
+
+@pytest.fixture(scope="module")
+def g1(tf):
+    """The g1 golden's records as TensorFlow parses them."""
+    if not (G1 / "expected").is_dir():
+        pytest.skip(f"shared test data not found at {SHARED}")
+    return tf_parse(tf, g1_file(), "GZIP")
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import GOLDEN, ROOT, XLNET_SPM, golden_flags, needs_shared, run_module
 from test_create_cli import assert_one_line_error
 from test_golden import assert_same_records
@@ -28,7 +27,7 @@ def g2_flags():
 
 def g2_config(save_dir, input_glob=str(CASE / "input" / "*.txt")):
     """g2_flags() as a CreateConfig, for runs in this process."""
-    from xlnet_data.config import CreateConfig
+    from xlnet_data.datagen.config import CreateConfig
     return CreateConfig(input_glob=input_glob, sp_path=str(XLNET_SPM), save_dir=str(save_dir), use_tpu=False,
                         bsz_per_host=4, num_core_per_host=1, seq_len=64, reuse_len=32, bi_data=False, num_predict=10,
                         num_task=2, num_passes=2).validate()
@@ -36,11 +35,11 @@ def g2_config(save_dir, input_glob=str(CASE / "input" / "*.txt")):
 
 def run_in_process(config):
     """make_plan, prepare_save_dir and run_beam, as `create --runner=beam`; returns (units planned, results)."""
-    from xlnet_data import beam
-    from xlnet_data.plan import make_plan, prepare_save_dir
+    from xlnet_data.datagen import beam_runner
+    from xlnet_data.datagen.plan import make_plan, prepare_save_dir
     plan = make_plan(config)
     prepare_save_dir(config, plan)
-    return [unit for unit, _ in plan.units], beam.run_beam(config, plan, [f"--runner={IN_PROCESS_RUNNER}"])
+    return [unit for unit, _ in plan.units], beam_runner.run_beam(config, plan, [f"--runner={IN_PROCESS_RUNNER}"])
 
 
 def create(save_dir, *extra):
@@ -91,12 +90,13 @@ def test_direct_runner_writes_the_local_runners_records(local_dir, tmp_path):
 @needs_beam
 @needs_shared
 def test_failed_unit_leaves_nothing_and_a_rerun_does_only_the_missing_units(local_dir, tmp_path, monkeypatch):
-    from xlnet_data import fileio, pipeline
-    from xlnet_data.plan import CreateError
+    from xlnet_data.common import fileio
+    from xlnet_data.datagen import units
+    from xlnet_data.datagen.plan import CreateError
 
     config = g2_config(tmp_path)
-    failing = pipeline.Unit(task=1, pass_id=1)
-    write_unit_records = pipeline.write_unit_records
+    failing = units.Unit(task=1, pass_id=1)
+    write_unit_records = units.write_unit_records
 
     def fail_midway(config, rows, is_start, np_mt, py_mt, out, on_records=None):
         if "train-1-1." in out.name:  # out is the temporary file of task 1 pass 1's tfrecords
@@ -104,7 +104,7 @@ def test_failed_unit_leaves_nothing_and_a_rerun_does_only_the_missing_units(loca
             raise RuntimeError("injected failure of task 1 pass 1")
         return write_unit_records(config, rows, is_start, np_mt, py_mt, out, on_records)
 
-    monkeypatch.setattr(pipeline, "write_unit_records", fail_midway)
+    monkeypatch.setattr(units, "write_unit_records", fail_midway)
     with pytest.raises(CreateError, match="injected failure of task 1 pass 1.*run the same command again"):
         run_in_process(config)
     tfrecords = tmp_path / "tfrecords"
@@ -113,7 +113,7 @@ def test_failed_unit_leaves_nothing_and_a_rerun_does_only_the_missing_units(loca
     assert len(left) == 6  # the three units before it, complete
     mtimes = {name: (tfrecords / name).stat().st_mtime_ns for name in left}
 
-    monkeypatch.setattr(pipeline, "write_unit_records", write_unit_records)
+    monkeypatch.setattr(units, "write_unit_records", write_unit_records)
     planned, results = run_in_process(config)
     assert planned == [failing] and [r.unit for r in results] == [failing]
     assert results[0].records == 580 and results[0].record_path.endswith(".tfrecords")

@@ -1,9 +1,6 @@
 """create's command line: invalid flags and inputs stop with one clear line before anything is written."""
 
-import os
-
 import pytest
-
 from conftest import ROOT, XLNET_SPM, needs_shared, run_module
 
 SAMPLE_GLOB = str(ROOT / "sample_corpus" / "*.txt")

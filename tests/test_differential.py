@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import SHARED, XLNET_SPM, needs_shared, read_save_dir, record_infos, run_module
 from test_golden import assert_same_records
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import G1, ROOT, SHARED, g1_file
 
-from test_records import G1, ROOT, SHARED, g1, g1_file, tf  # noqa: F401  (g1, tf: fixtures)
 from xlnet_data import dump
-from xlnet_data.records import FEATURES
-from xlnet_data.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, is_start_piece
+from xlnet_data.common.records import FEATURES
+from xlnet_data.common.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, is_start_piece
 
 SPM = SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"
 
@@ -49,7 +49,7 @@ def tf_count_until_error(tf, path):
 def sp():
     if not SPM.is_file():
         pytest.skip(f"SentencePiece model not found at {SPM}")
-    from xlnet_data.vocab import load_sentencepiece
+    from xlnet_data.common.vocab import load_sentencepiece
     return load_sentencepiece(str(SPM))
 
 

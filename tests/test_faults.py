@@ -9,9 +9,9 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import ROOT, SAMPLE_CORPUS, read_save_dir, run_module
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_golden import assert_same_records
 
 SMALL = ["--seq_len=32", "--reuse_len=16", "--bsz_per_host=2", "--num_core_per_host=1", "--num_predict=6",
@@ -168,10 +168,10 @@ file_strategy = st.one_of(st.binary(max_size=400), st.lists(line_strategy, max_s
        bi_data=st.booleans())
 def test_fuzzed_input_never_crashes_or_breaks_the_schema(tmp_path_factory, sample_spm, files, from_raw_text,
                                                           use_eod, bi_data):
-    from xlnet_data import workers
-    from xlnet_data.config import CreateConfig
-    from xlnet_data.corpus import InputError
-    from xlnet_data.plan import make_plan, prepare_save_dir
+    from xlnet_data.datagen import local_runner
+    from xlnet_data.datagen.config import CreateConfig
+    from xlnet_data.datagen.corpus import InputError
+    from xlnet_data.datagen.plan import make_plan, prepare_save_dir
 
     tmp = tmp_path_factory.mktemp("fuzz")
     for i, data in enumerate(files):
@@ -187,7 +187,7 @@ def test_fuzzed_input_never_crashes_or_breaks_the_schema(tmp_path_factory, sampl
     try:
         plan = make_plan(config)
         prepare_save_dir(config, plan)
-        workers.run_local(config, plan, num_workers=1)
+        local_runner.run_local(config, plan, num_workers=1)
     except InputError as err:
         assert "f" in str(err) and ".txt" in str(err)  # names the file
         return

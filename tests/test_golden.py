@@ -5,7 +5,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import GOLDEN, golden_flags, needs_shared, read_save_dir, record_infos, run_module
 
 CASES = sorted(p.name for p in GOLDEN.glob("g*")) if GOLDEN.is_dir() else []

@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import SHARED, needs_shared
-from xlnet_data import input_pipeline as ip
-from xlnet_data.records import format_filename
-from xlnet_data.vocab import CLS_ID, SEP_ID
 
+from xlnet_data.common.records import format_filename
+from xlnet_data.common.vocab import CLS_ID, SEP_ID
+from xlnet_data.pretrain import inputs as ip
 
 FEATURE_KEYS = {"input_k", "input_q", "seg_id", "perm_mask", "target", "target_mask", "target_mapping", "label"}
 

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import SHARED, needs_shared
-from xlnet_data import input_pipeline as ip
-from xlnet_data import modeling as M
+
+from xlnet_data.pretrain import inputs as ip
+from xlnet_data.pretrain import modeling as M
 
 MODEL_CASES = ["m1_bi_untied", "m2_uni_tied"]
 FEATURE_KEYS = ["input_k", "input_q", "seg_id", "perm_mask", "target", "target_mask", "target_mapping", "label"]

@@ -1,4 +1,4 @@
-"""Tests of the TFRecord reader in xlnet_data.records: framing, CRCs, gzip and the example schema.
+"""Tests of the TFRecord reader in xlnet_data.common.records: framing, CRCs, gzip and the example schema.
 
 Most records here are written by records.put_record (the writer `create` uses); the reader
 is also checked against TensorFlow's own parse of the g1 golden.
@@ -9,45 +9,16 @@ import os
 import subprocess
 import sys
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import G1, ROOT, SHARED, g1_file
 
-from xlnet_data import records
-from xlnet_data.records import FEATURES, RecordError, SchemaError
-from xlnet_data.vocab import CLS_ID, SEP_ID
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-G1 = SHARED / "golden" / "g1_blog"
+from xlnet_data.common import records
+from xlnet_data.common.records import FEATURES, RecordError, SchemaError
+from xlnet_data.common.vocab import CLS_ID, SEP_ID
 
 needs_g1 = pytest.mark.skipif(not (G1 / "expected").is_dir(), reason=f"golden g1_blog not found under {SHARED}")
-
-
-def g1_file():
-    return next((G1 / "expected" / "tfrecords").glob("*.tfrecords.gz"))
-
-
-@pytest.fixture(scope="module")
-def tf():
-    return pytest.importorskip("tensorflow")
-
-
-def tf_parse(tf, path, compression=""):
-    """Every record of a file as {name: list}, parsed by TensorFlow itself."""
-    out = []
-    for raw in tf.data.TFRecordDataset(str(path), compression_type=compression):
-        example = tf.train.Example.FromString(raw.numpy())
-        out.append({k: list(v.int64_list.value) for k, v in example.features.feature.items()})
-    return out
-
-
-@pytest.fixture(scope="module")
-def g1(tf):
-    if not (G1 / "expected").is_dir():
-        pytest.skip(f"shared test data not found at {SHARED}")
-    return tf_parse(tf, g1_file(), "GZIP")
 
 
 def random_examples(count, seq_len=16, seed=0):
@@ -125,7 +96,7 @@ def test_round_trip_plain_and_gzip_told_by_content(tmp_path):
 def test_reading_never_imports_tensorflow(tmp_path):
     path = tmp_path / "r.tfrecords.gz"
     path.write_bytes(gzip.compress(encode(random_examples(3))))
-    code = ("import sys; from xlnet_data import records; "
+    code = ("import sys; from xlnet_data.common import records; "
             f"assert len(list(records.read_examples({str(path)!r}))) == 3; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
     res = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),

@@ -8,7 +8,8 @@ import sys
 import pytest
 import sentencepiece as spm
 
-from xlnet_data import spm_train, vocab
+from xlnet_data import spm_train
+from xlnet_data.common import vocab
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(REPO, "sample_corpus")

@@ -5,10 +5,10 @@ import unicodedata
 
 import numpy as np
 import pytest
-
 from conftest import XLNET_SPM, needs_shared
-from xlnet_data import corpus, layout, text
-from xlnet_data.vocab import EOD_ID, load_sentencepiece
+
+from xlnet_data.common.vocab import EOD_ID, load_sentencepiece
+from xlnet_data.datagen import corpus, layout, text
 
 
 def original_preprocess(line, lower):

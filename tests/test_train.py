@@ -1,4 +1,4 @@
-"""Pretraining (xlnet_data.training, python -m xlnet_data.train_gpu): the loss falls, the mirrored step is the
+"""Pretraining (xlnet_data.pretrain.training, python -m xlnet_data.train_gpu): the loss falls, the mirrored step is the
 single-device one averaged, runs resume, the goldens' first steps, one-line flag errors, source mixing."""
 
 import dataclasses
@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import ROOT, SAMPLE_CORPUS, SHARED, needs_shared, run_module
-from xlnet_data import input_pipeline as ip
-from xlnet_data import modeling as M
-from xlnet_data import training as T
+
+from xlnet_data.pretrain import inputs as ip
+from xlnet_data.pretrain import modeling as M
+from xlnet_data.pretrain import training as T
 
 TINY_SHAPE = ["--n_layer=2", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64", "--ff_activation=gelu",
               "--untie_r"]
@@ -295,7 +295,7 @@ def test_cli_xlnet_config_that_contradicts_the_records_is_one_line(records, tmp_
 
 def test_learning_rate_warms_up_then_decays_to_min_lr_ratio(records, tmp_path):
     base = tiny_config(records, tmp_path, learning_rate=1.0, warmup_steps=10, train_steps=110, min_lr_ratio=0.1)
-    lr = lambda cfg, step: float(T.learning_rate(step, cfg))  # noqa: E731
+    lr = lambda cfg, step: float(T.learning_rate(step, cfg))
     assert [lr(base, s) for s in (0, 5, 10)] == pytest.approx([0.0, 0.5, 1.0])
     assert [lr(base, s) for s in (60, 110, 500)] == pytest.approx([0.55, 0.1, 0.1])
     cos = dataclasses.replace(base, decay_method="cos")

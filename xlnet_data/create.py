@@ -11,12 +11,13 @@ import time
 
 from absl import flags
 
-from xlnet_data import beam, cli
-from xlnet_data.config import SPAN_UNITS, SPLITS, ConfigError, CreateConfig
-from xlnet_data.corpus import InputError
-from xlnet_data.plan import CreateError, make_plan, prepare_save_dir
-from xlnet_data.vocab import VocabError
-from xlnet_data.workers import run_local
+from xlnet_data import cli
+from xlnet_data.common.vocab import VocabError
+from xlnet_data.datagen import beam_runner
+from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, ConfigError, CreateConfig
+from xlnet_data.datagen.corpus import InputError
+from xlnet_data.datagen.local_runner import run_local
+from xlnet_data.datagen.plan import CreateError, make_plan, prepare_save_dir
 
 log = logging.getLogger("xlnet_data")
 FLAGS = flags.FLAGS
@@ -72,7 +73,7 @@ def _runner():
     """run(config, plan) of the chosen runner; Beam and its flags are checked before anything is written."""
     if FLAGS.runner == "local":
         return functools.partial(run_local, num_workers=FLAGS.num_workers)
-    return functools.partial(beam.run_beam, beam_args=beam.pipeline_args(FLAGS.beam_runner, FLAGS.beam_options))
+    return functools.partial(beam_runner.run_beam, beam_args=beam_runner.pipeline_args(FLAGS.beam_runner, FLAGS.beam_options))
 
 
 def main(argv):

@@ -41,9 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
-from xlnet_data import fileio, vocab as _vocab
-from xlnet_data.records import FEATURES, RecordError, parse_example, read_records
-from xlnet_data.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID
+from xlnet_data.common import fileio
+from xlnet_data.common import vocab as _vocab
+from xlnet_data.common.records import FEATURES, RecordError, parse_example, read_records
+from xlnet_data.common.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID
 
 # =====================================================================================
 # Pure functions: one example's structure, checks and text; statistics over many.

@@ -26,7 +26,7 @@ import time
 
 import sentencepiece as spm
 
-from xlnet_data import vocab
+from xlnet_data.common import vocab
 
 # The original README's spm_train symbols. Control symbols take ids 3..7 after
 # <unk>, <s>, </s>; user-defined ones follow, so <eop> gets 8.

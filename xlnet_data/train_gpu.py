@@ -16,7 +16,7 @@ from pathlib import Path
 from absl import flags
 
 from xlnet_data import cli
-from xlnet_data.config import ConfigError
+from xlnet_data.datagen.config import ConfigError
 
 FLAGS = flags.FLAGS
 
@@ -137,9 +137,9 @@ def config_from_flags():
     data = {flag: value for flag, (value, _) in settings.items()}
 
     # TensorFlow is imported only now that the records are found (a wrong flag fails fast).
-    from xlnet_data import training
-    from xlnet_data.input_pipeline import InputConfig
-    from xlnet_data.modeling import RunConfig, XLNetConfig
+    from xlnet_data.pretrain import training
+    from xlnet_data.pretrain.inputs import InputConfig
+    from xlnet_data.pretrain.modeling import RunConfig, XLNetConfig
 
     data_config = InputConfig(
         seq_len=data["seq_len"], reuse_len=data["reuse_len"], perm_size=FLAGS.perm_size or data["reuse_len"],
@@ -189,7 +189,8 @@ def main(argv):
     except (ConfigError, ValueError, OSError) as err:  # the configs' own checks raise ValueError
         return _fail(err)
     import tensorflow as tf
-    from xlnet_data import training
+
+    from xlnet_data.pretrain import training
     try:
         result = training.train(config)
     except (ConfigError, ValueError, OSError) as err:  # checkpoint mismatch, bad JSON, unwritable model_dir...

@@ -31,9 +31,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from xlnet_data.config import ConfigError
-from xlnet_data.input_pipeline import InputConfig, PermutationFn, find_records, make_dataset
-from xlnet_data.modeling import RunConfig, XLNet, XLNetConfig, build_model, load_checkpoint
+from xlnet_data.datagen.config import ConfigError
+from xlnet_data.pretrain.inputs import InputConfig, PermutationFn, find_records, make_dataset
+from xlnet_data.pretrain.modeling import RunConfig, XLNet, XLNetConfig, build_model, load_checkpoint
 
 log = logging.getLogger("xlnet_data")
 
@@ -343,13 +343,13 @@ class Trainer:
     def _step(self, features, mems):
         """One update: (mean loss over replicas, gradient norm before clipping, learning rate, new mems)."""
         loss, gnorm, lr, new_mems = self.strategy.run(self._replica_step, args=(features, mems))
-        mean = lambda value: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)  # noqa: E731
+        mean = lambda value: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
         return mean(loss), mean(gnorm), mean(lr), new_mems
 
     def _distributed_loss_and_grads(self, features, mems):
         """Mean loss and averaged gradients of a step without applying them (for checks)."""
         loss, grads, _ = self.strategy.run(self._replica_loss_and_grads, args=(features, mems))
-        first = lambda value: self.strategy.experimental_local_results(value)[0]  # noqa: E731
+        first = lambda value: self.strategy.experimental_local_results(value)[0]
         return self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None), [first(g) for g in grads]
 
 

@@ -3,7 +3,7 @@
 import numba
 import numpy as np
 
-from xlnet_data.rng import next_double, python_randbelow
+from xlnet_data.datagen.rng import next_double, python_randbelow
 
 
 @numba.njit(cache=True)

@@ -3,13 +3,14 @@
 import dataclasses
 import itertools
 import logging
-from typing import Callable, List, Optional
+from collections.abc import Callable
+from typing import Optional
 
 import numpy as np
 
-from xlnet_data import fileio
-from xlnet_data.text import Encoder, preprocess_texts
-from xlnet_data.vocab import EOD_ID
+from xlnet_data.common import fileio
+from xlnet_data.common.vocab import EOD_ID
+from xlnet_data.datagen.text import Encoder, preprocess_texts
 
 log = logging.getLogger("xlnet_data")
 
@@ -34,8 +35,8 @@ class FileStats:
 class Shard:
     """One file's token stream, held as int32/bool chunks so that no copy of the whole file is made."""
     path: str
-    ids: List[np.ndarray]
-    sent_ids: List[np.ndarray]
+    ids: list[np.ndarray]
+    sent_ids: list[np.ndarray]
     stats: FileStats
 
     @property

@@ -6,11 +6,11 @@ import multiprocessing
 import os
 import threading
 
-from xlnet_data import pipeline
-from xlnet_data.config import CreateConfig
-from xlnet_data.plan import Plan
-from xlnet_data.progress import Progress
-from xlnet_data.vocab import load_sentencepiece
+from xlnet_data.common.progress import Progress
+from xlnet_data.common.vocab import load_sentencepiece
+from xlnet_data.datagen import units
+from xlnet_data.datagen.config import CreateConfig
+from xlnet_data.datagen.plan import Plan
 
 _counters = None  # shared by the workers: [lines, tokens, records, bytes read]
 _encode_threads = -1  # SentencePiece threads per worker: the cores shared out among the workers
@@ -49,7 +49,7 @@ def _count_records(records):
 
 def _run_unit(config, unit, files):
     sp = load_sentencepiece(config.sp_path)
-    return pipeline.run_unit(config, unit, files, sp, on_progress=_count_input, on_records=_count_records,
+    return units.run_unit(config, unit, files, sp, on_progress=_count_input, on_records=_count_records,
                              encode_threads=_encode_threads)
 
 
@@ -59,32 +59,32 @@ def _run_unit_job(job):
 
 def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     """Runs the plan's units, `num_workers` at a time (default: the CPU count); returns their UnitResults."""
-    units = plan.units
-    if not units:
+    todo = plan.units
+    if not todo:
         return []
     context = multiprocessing.get_context("spawn")  # no fork: the parent may hold threads
     counters = context.Array("q", 4)
     progress = Progress(plan.input_bytes)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    num_workers = min(len(units), num_workers or cores)
+    num_workers = min(len(todo), num_workers or cores)
     encode_threads = max(1, cores // num_workers)
     done = []
     stop = threading.Event()
 
     def report():
         while not stop.wait(0.5):
-            progress.update(counters[0], counters[1], counters[2], counters[3], len(done), len(units))
+            progress.update(counters[0], counters[1], counters[2], counters[3], len(done), len(todo))
 
     reporter = threading.Thread(target=report, daemon=True)
     reporter.start()
     try:
         if num_workers == 1:
             _init_worker(counters, encode_threads)
-            for unit, files in units:
+            for unit, files in todo:
                 done.append(_run_unit(config, unit, files))
         else:
             with context.Pool(num_workers, initializer=_init_worker, initargs=(counters, encode_threads)) as pool:
-                for result in pool.imap_unordered(_run_unit_job, [(config, unit, files) for unit, files in units]):
+                for result in pool.imap_unordered(_run_unit_job, [(config, unit, files) for unit, files in todo]):
                     done.append(result)  # as each finishes, so that the progress line counts units
     finally:
         stop.set()

@@ -7,10 +7,10 @@ import unicodedata
 
 import numpy as np
 
-from xlnet_data.vocab import SPIECE_UNDERLINE
+from xlnet_data.common.vocab import SPIECE_UNDERLINE
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _drop_combining_table():
     """str.translate table deleting every combining character (what the original drops after NFKD)."""
     return {c: None for c in range(sys.maxunicode + 1) if unicodedata.combining(chr(c))}

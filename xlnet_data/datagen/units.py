@@ -9,17 +9,19 @@ import dataclasses
 import json
 import logging
 import os
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 import numba
 import numpy as np
 
-from xlnet_data import corpus, fileio, layout, records, rng
-from xlnet_data.config import CreateConfig
-from xlnet_data.masking import ngram_cdf, sample_mask
-from xlnet_data.pairing import new_cut_points, split_a_and_b
-from xlnet_data.text import Encoder
-from xlnet_data.vocab import CLS_ID, SEP_ID, start_piece_table
+from xlnet_data.common import fileio, records
+from xlnet_data.common.vocab import CLS_ID, SEP_ID, start_piece_table
+from xlnet_data.datagen import corpus, layout, rng
+from xlnet_data.datagen.config import CreateConfig
+from xlnet_data.datagen.masking import ngram_cdf, sample_mask
+from xlnet_data.datagen.pairing import new_cut_points, split_a_and_b
+from xlnet_data.datagen.text import Encoder
 
 log = logging.getLogger("xlnet_data")
 

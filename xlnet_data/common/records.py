@@ -6,7 +6,7 @@ import zlib
 import numba
 import numpy as np
 
-from xlnet_data import fileio
+from xlnet_data.common import fileio
 
 # Feature names and order as the original writes them; all int64 lists.
 FEATURES = ("input", "is_masked", "target", "seg_id", "label")

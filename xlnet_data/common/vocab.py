@@ -46,7 +46,7 @@ def load_sentencepiece(path):
     """Loads a SentencePiece model and checks that its special ids are XLNet's."""
     if not path:
         raise VocabError("--sp_path is required: the SentencePiece model (.model file)")
-    from xlnet_data import fileio
+    from xlnet_data.common import fileio
     if not fileio.exists(path) or (not fileio.is_remote(path) and not os.path.isfile(path)):
         raise VocabError(f"SentencePiece model not found: {path}")
     sp = spm.SentencePieceProcessor()
@@ -68,7 +68,7 @@ def load_sentencepiece(path):
 
 def is_start_piece(piece):
     """Whether a piece begins a word, as the original decides it for span masking."""
-    return piece.startswith(SPIECE_UNDERLINE) or piece.startswith("<") or piece in _PUNCTUATION_PIECES
+    return piece.startswith((SPIECE_UNDERLINE, "<")) or piece in _PUNCTUATION_PIECES
 
 
 def start_piece_table(sp):

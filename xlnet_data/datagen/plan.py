@@ -8,12 +8,12 @@ import dataclasses
 import json
 import logging
 import os
-from typing import List, Tuple
 
-from xlnet_data import corpus, fileio, pipeline
-from xlnet_data.config import CreateConfig
-from xlnet_data.corpus import InputError
-from xlnet_data.vocab import load_sentencepiece
+from xlnet_data.common import fileio
+from xlnet_data.common.vocab import load_sentencepiece
+from xlnet_data.datagen import corpus, units
+from xlnet_data.datagen.config import CreateConfig
+from xlnet_data.datagen.corpus import InputError
 
 log = logging.getLogger("xlnet_data")
 
@@ -25,7 +25,7 @@ class CreateError(Exception):
 @dataclasses.dataclass
 class Plan:
     corpus_info: dict
-    units: List[Tuple[pipeline.Unit, List[str]]]  # (unit, its files) still to run
+    units: list[tuple[units.Unit, list[str]]]  # (unit, its files) still to run
     input_bytes: int
 
 
@@ -45,14 +45,14 @@ def _check_save_dir(config, info, overwrite):
 
 def unit_is_complete(config, unit):
     """A unit is complete when its record_info exists (it is written last) and names the same settings."""
-    record_path, info_path = pipeline.record_paths(config, unit)
+    record_path, info_path = units.record_paths(config, unit)
     if not fileio.exists(info_path):
         return False
     try:
         info = json.loads(fileio.read_text(info_path))
     except (OSError, ValueError):
         return False
-    if info.get("create_settings") != pipeline.record_settings(config):
+    if info.get("create_settings") != units.record_settings(config):
         raise CreateError(f"{info_path} was written with other flags; use another --save_dir, or --overwrite")
     return fileio.exists(record_path)
 
@@ -74,10 +74,10 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
         if not fileio.is_remote(path) and not (os.path.isfile(path) and os.access(path, os.R_OK)):
             why = "is not a file" if not os.path.isfile(path) else "cannot be read (permissions)"
             raise InputError(f"{path} {why}; fix --input_glob={config.input_glob} or the file")
-    info = pipeline.corpus_info(config, sp.get_piece_size())
+    info = units.corpus_info(config, sp.get_piece_size())
     _check_save_dir(config, info, overwrite)
-    units = []
-    for unit in pipeline.plan_units(config):
+    todo = []
+    for unit in units.plan_units(config):
         files = corpus.task_files(paths, unit.task, config.num_task)
         if not files:
             log.info("task %d has no file to process (%d files, %d tasks)", unit.task, len(paths), config.num_task)
@@ -85,8 +85,8 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
             log.info("task %d pass %d is complete already (its record_info exists); skipped, "
                      "--overwrite redoes it", unit.task, unit.pass_id)
         else:
-            units.append((unit, files))
-    return Plan(info, units, sum(_size(p) for _, files in units for p in files))
+            todo.append((unit, files))
+    return Plan(info, todo, sum(_size(p) for _, files in todo for p in files))
 
 
 def prepare_save_dir(config: CreateConfig, plan: Plan):

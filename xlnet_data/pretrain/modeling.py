@@ -7,7 +7,7 @@ paths: gather embedding, sparse cross-entropy). Variables are plain
 rel_attn/q/kernel", ...), so original checkpoints load by name and ours load
 into the original.
 
-Typical use (features as `xlnet_data.input_pipeline` makes them):
+Typical use (features as `xlnet_data.pretrain.inputs` makes them):
 
     model = build_model("xlnet_config.json", RunConfig(mem_len=384, reuse_len=256, bi_data=True))
     load_checkpoint(model, "init/model.ckpt")            # optional
@@ -30,7 +30,8 @@ import dataclasses
 import json
 import math
 import os
-from typing import Mapping, NamedTuple, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -58,7 +59,7 @@ class XLNetConfig:
             raise ValueError(f"ff_activation must be one of {_ACTIVATIONS}, got {self.ff_activation!r}")
 
     @classmethod
-    def from_json(cls, path: str) -> "XLNetConfig":
+    def from_json(cls, path: str) -> XLNetConfig:
         with open(path) as fp:
             data = json.load(fp)
         names = [field.name for field in dataclasses.fields(cls)]
@@ -101,7 +102,7 @@ class RunConfig:
             raise ValueError(f"init must be 'normal' or 'uniform', got {self.init!r}")
 
     @classmethod
-    def from_json(cls, path: str) -> "RunConfig":
+    def from_json(cls, path: str) -> RunConfig:
         """Reads the fields this class knows; a run_config.json may also hold data-side keys
         (seq_len, perm_size, num_predict, bsz_per_core) that belong to the input pipeline."""
         with open(path) as fp:
@@ -437,7 +438,7 @@ class XLNet(tf.Module):
         return PLMOutput(total_loss, tf.transpose(loss, [1, 0]), new_mems)
 
 
-def build_model(xlnet_config: "str | XLNetConfig", run: RunConfig, checkpoint: Optional[str] = None,
+def build_model(xlnet_config: str | XLNetConfig, run: RunConfig, checkpoint: Optional[str] = None,
                 seed: Optional[int] = None) -> XLNet:
     """A model from an xlnet_config.json (or config), optionally initialised from a checkpoint."""
     if not isinstance(xlnet_config, XLNetConfig):

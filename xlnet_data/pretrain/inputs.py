@@ -19,7 +19,7 @@ emits it (ints int32, floats float32):
     target_mapping [bsz, num_predict, seq_len] float32 one-hot rows, zero rows pad
     label          [bsz, 1]                  int32
 
-The model (`xlnet_data.modeling`) transposes to time-major itself.
+The model (`xlnet_data.pretrain.modeling`) transposes to time-major itself.
 
 Differences from the original, all deliberate:
 - `num_passes` really selects passes 0..num_passes-1 (the original parses the
@@ -37,13 +37,14 @@ import glob
 import itertools
 import json
 import os
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
-from xlnet_data.records import format_filename
-from xlnet_data.vocab import CLS_ID, SEP_ID
+from xlnet_data.common.records import format_filename
+from xlnet_data.common.vocab import CLS_ID, SEP_ID
 
 # (example index in the stream [int64 scalar tensor], part 0 = first reuse_len
 # positions / 1 = the rest) -> a permutation of range(perm_size) [int tensor].

@@ -1,6 +1,6 @@
 """The Beam runner: a plan's units as the elements of an Apache Beam pipeline (Direct, Dataflow, Flink, Spark).
 
-Each (task, pass) unit is one element, run by the same `pipeline.run_unit` as the local runner and
+Each (task, pass) unit is one element, run by the same `units.run_unit` as the local runner and
 written to the same file names. Outputs are atomic and a unit's record_info is written last, so a
 retried element rewrites identical files, and a re-run of a failed pipeline skips the complete units
 (make_plan does). The workers' counts come back to the launcher as Beam metrics, one counter per unit
@@ -10,10 +10,10 @@ and field. Apache Beam is an optional extra, imported only here and only when us
 import logging
 import shlex
 
-from xlnet_data import pipeline
-from xlnet_data.config import CreateConfig
-from xlnet_data.plan import CreateError, Plan, unit_is_complete
-from xlnet_data.vocab import load_sentencepiece
+from xlnet_data.common.vocab import load_sentencepiece
+from xlnet_data.datagen import units
+from xlnet_data.datagen.config import CreateConfig
+from xlnet_data.datagen.plan import CreateError, Plan, unit_is_complete
 
 log = logging.getLogger("xlnet_data")
 
@@ -59,7 +59,7 @@ def _run_unit_fn(beam, config):
 
         def process(self, element):
             unit, files = element
-            result = pipeline.run_unit(config, unit, files, self.sp)
+            result = units.run_unit(config, unit, files, self.sp)
             if result.skipped:
                 log.warning("task %d pass %d: %s", unit.task, unit.pass_id, result.skipped)
             for field in _COUNTED:
@@ -69,13 +69,13 @@ def _run_unit_fn(beam, config):
     return RunUnit()
 
 
-def _results(config, units, counters):
+def _results(config, todo, counters):
     """UnitResults from the workers' counters; whether a unit wrote its records is read from save_dir."""
     results = []
-    for unit, _ in units:
-        result = pipeline.UnitResult(unit, **{field: counters.get(_metric(unit, field), 0) for field in _COUNTED})
+    for unit, _ in todo:
+        result = units.UnitResult(unit, **{field: counters.get(_metric(unit, field), 0) for field in _COUNTED})
         if unit_is_complete(config, unit):
-            result.record_path = pipeline.record_paths(config, unit)[0]
+            result.record_path = units.record_paths(config, unit)[0]
         else:
             result.skipped = "nothing written: too few tokens for one batch (see the workers' log)"
         results.append(result)
