@@ -1,23 +1,82 @@
-"""What the command-line tools share: absl's app.run with one-line flag errors and their own --help text."""
+"""What the command-line tools share: running under absl, the shared data flags, flags → config, errors.
 
+Every command module (create, dump, spm_train, train_gpu, ...) defines its flags in a function
+`define_flags()` and calls `cli.run(main, program, __doc__, define_flags)`; nothing is defined at
+import time, so any two commands can be imported in one process.
+"""
+
+import dataclasses
+import os
 import sys
 
 from absl import app, flags
 
+FLAGS = flags.FLAGS
 
-def run(main, program, doc):
-    """Runs `main` under absl. A bad or unknown flag is one line `program: error: ...` and exit status 2.
+# The data flags that create writes and train_gpu reads: name → (type, help). Defined once here;
+# each command supplies its defaults (create: the original data_utils.py's; train: None, meaning
+# "the records' corpus_info.json").
+_DATA_FLAGS = {
+    "seq_len": ("integer", "Tokens per example."),
+    "reuse_len": ("integer", "Tokens of the memory part (reused as memory by the next batch); usually seq_len/2."),
+    "bi_data": ("bool", "Bidirectional data: half the rows are the others reversed."),
+    "uncased": ("bool", "Lower-case the text before encoding."),
+    "mask_alpha": ("integer", "Span masking: a context of mask_alpha tokens ..."),
+    "mask_beta": ("integer", "... holds about mask_beta masked tokens."),
+    "num_predict": ("integer", "Masked tokens per example: num_predict - num_predict//2 in the memory part, "
+                               "the rest in A/B."),
+    "num_core_per_host": ("integer", "TPU cores per host: with bi_data each core's forward rows are followed by "
+                                     "their reverse."),
+    "num_passes": ("integer", "Passes 0..num_passes-1 (each a different sampling of A/B and masks)."),
+}
+
+
+class CommandError(Exception):
+    """A problem the user can fix, reported as one line `program: error: ...` with exit status 2."""
+
+
+def define_data_flags(defaults, note=""):
+    """Defines the shared data flags with this command's `defaults` ({name: value}); `note` ends each help."""
+    for name, (kind, help_text) in _DATA_FLAGS.items():
+        getattr(flags, f"DEFINE_{kind}")(name, defaults.get(name), f"{help_text}{note}")
+
+
+def config_from_flags(cls, **given):
+    """An instance of the dataclass `cls` whose fields come from the flags of the same name; `given` wins."""
+    values = {field.name: FLAGS[field.name].value for field in dataclasses.fields(cls)
+              if field.name in FLAGS and field.name not in given}
+    return cls(**values, **given)
+
+
+def fail(program, err) -> int:
+    """Prints `program: error: <first line of err>` on stderr and returns exit status 2."""
+    message = str(err).splitlines()[0] if str(err) else type(err).__name__
+    print(f"{program}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(main, program, doc, define_flags):
+    """Defines the command's flags and runs `main` under absl. A bad or unknown flag is one line
+    `program: error: ...` and exit status 2.
 
     `doc` heads --help (absl prints __main__'s docstring: a console-script wrapper has none, and under
-    `python -m xlnet_data COMMAND` it would be the dispatcher's).
+    `python -m xlnet_data COMMAND` it would be the dispatcher's), and the flags just defined are
+    listed as the key flags of the program, whatever module defined them.
     """
+    # TensorFlow's C++ start-up notices (oneDNN, "All log messages before absl::InitializeLog()") are not
+    # for our users; set before TensorFlow is first imported, and only where the user has not chosen.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    before = set(FLAGS)
+    define_flags()
     main_module = sys.modules.get("__main__")
     if main_module is not None:
         main_module.__doc__ = doc
+    for name in sorted(set(FLAGS) - before):
+        FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
 
     def parse(argv):
         try:
-            return flags.FLAGS(argv)
+            return FLAGS(argv)
         except flags.Error as err:
             print(f"{program}: error: {err} (see --help)", file=sys.stderr)
             sys.exit(2)

@@ -21,59 +21,49 @@ from xlnet_data.datagen.plan import CreateError, make_plan, prepare_save_dir
 
 log = logging.getLogger("xlnet_data")
 FLAGS = flags.FLAGS
-_DEFAULTS = CreateConfig()
 
-# The original's flags, same names, types and defaults.
-flags.DEFINE_bool("use_tpu", _DEFAULTS.use_tpu, "Lay rows out for TPU cores; without it num_core_per_host is 1.")
-flags.DEFINE_integer("bsz_per_host", _DEFAULTS.bsz_per_host, "Examples per batch (rows of the layout).")
-flags.DEFINE_integer("num_core_per_host", _DEFAULTS.num_core_per_host,
-                     "TPU cores per host: with bi_data each core's forward rows are followed by their reverse.")
-flags.DEFINE_integer("seq_len", _DEFAULTS.seq_len, "Tokens per example.")
-flags.DEFINE_integer("reuse_len", _DEFAULTS.reuse_len,
-                     "Tokens of the memory part (reused as memory by the next batch); usually seq_len/2.")
-flags.DEFINE_bool("uncased", _DEFAULTS.uncased, "Lower-case the text before encoding.")
-flags.DEFINE_bool("bi_data", _DEFAULTS.bi_data, "Bidirectional data: half the rows are the others reversed.")
-flags.DEFINE_integer("mask_alpha", _DEFAULTS.mask_alpha, "Span masking: a context of mask_alpha tokens ...")
-flags.DEFINE_integer("mask_beta", _DEFAULTS.mask_beta, "... holds about mask_beta masked tokens.")
-flags.DEFINE_bool("use_eod", _DEFAULTS.use_eod, "A blank line (end of document) becomes <eod>; else it is dropped.")
-flags.DEFINE_bool("from_raw_text", _DEFAULTS.from_raw_text,
-                  "Input lines are text to encode; with --nofrom_raw_text they are whitespace-separated ids.")
-flags.DEFINE_integer("num_predict", _DEFAULTS.num_predict,
-                     "Masked tokens per example: num_predict - num_predict//2 in the memory part, the rest in A/B.")
-flags.DEFINE_string("input_glob", _DEFAULTS.input_glob, "Input files (a glob; local or gs:// paths).")
-flags.DEFINE_string("sp_path", _DEFAULTS.sp_path, "SentencePiece model with XLNet's special ids (spm_train makes one).")
-flags.DEFINE_string("save_dir", _DEFAULTS.save_dir, "Output: corpus_info.json and tfrecords/ go here.")
-flags.DEFINE_enum("split", _DEFAULTS.split, list(SPLITS), "Split name used in the file names.")
-flags.DEFINE_integer("pass_id", _DEFAULTS.pass_id,
-                     "Pass to write (seeds the file order, A/B and masks); ignored with --num_passes.")
-flags.DEFINE_integer("num_task", _DEFAULTS.num_task, "Tasks the sorted file list is split into, interleaved.")
-flags.DEFINE_integer("task", None, "The task to run; unset: every task of --num_task (the original's default was 0).")
-# New flags.
-flags.DEFINE_integer("num_passes", None, "Write passes 0..num_passes-1 (each a different sampling of A/B and masks).")
-flags.DEFINE_integer("num_workers", None, "Parallel processes for the (task, pass) units; default: the CPU count.",
-                     lower_bound=1)
-flags.DEFINE_enum("span_unit", _DEFAULTS.span_unit, list(SPAN_UNITS),
-                  "piece: spans of n pieces from a word start, as the original (may cut words); "
-                  "word: spans of n whole words, as the paper describes.")
-flags.DEFINE_bool("strict", False, "Stop on a line that is not valid UTF-8 instead of replacing its bad bytes.")
-flags.DEFINE_bool("overwrite", False, "Redo units that are already complete, and accept a save_dir written with other flags.")
-flags.DEFINE_enum("runner", "local", ["local", "beam"],
-                  "local: worker processes on this machine; beam: an Apache Beam pipeline, one element per unit.")
-flags.DEFINE_string("beam_runner", "DirectRunner", "With --runner=beam: DirectRunner, DataflowRunner, FlinkRunner, ...")
-flags.DEFINE_string("beam_options", "", "With --runner=beam: more Beam pipeline options, as one string "
-                    "(e.g. \"--project=p --region=r --temp_location=gs://b/tmp --setup_file=./setup.py\").")
-
-
-def config_from_flags() -> CreateConfig:
-    fields = {f.name for f in dataclasses.fields(CreateConfig)}
-    return CreateConfig(**{name: FLAGS[name].value for name in fields}).validate()
+def define_flags():
+    """The original's flags, same names, types and defaults, then the new ones."""
+    defaults = CreateConfig()
+    cli.define_data_flags(dataclasses.asdict(defaults))
+    flags.DEFINE_bool("use_tpu", defaults.use_tpu, "Lay rows out for TPU cores; without it num_core_per_host is 1.")
+    flags.DEFINE_integer("bsz_per_host", defaults.bsz_per_host, "Examples per batch (rows of the layout).")
+    flags.DEFINE_bool("use_eod", defaults.use_eod, "A blank line (end of document) becomes <eod>; else it is dropped.")
+    flags.DEFINE_bool("from_raw_text", defaults.from_raw_text,
+                      "Input lines are text to encode; with --nofrom_raw_text they are whitespace-separated ids.")
+    flags.DEFINE_string("input_glob", defaults.input_glob, "Input files (a glob; local or gs:// paths).")
+    flags.DEFINE_string("sp_path", defaults.sp_path,
+                        "SentencePiece model with XLNet's special ids (spm_train makes one).")
+    flags.DEFINE_string("save_dir", defaults.save_dir, "Output: corpus_info.json and tfrecords/ go here.")
+    flags.DEFINE_enum("split", defaults.split, list(SPLITS), "Split name used in the file names.")
+    flags.DEFINE_integer("pass_id", defaults.pass_id,
+                         "Pass to write (seeds the file order, A/B and masks); ignored with --num_passes.")
+    flags.DEFINE_integer("num_task", defaults.num_task, "Tasks the sorted file list is split into, interleaved.")
+    flags.DEFINE_integer("task", None,
+                         "The task to run; unset: every task of --num_task (the original's default was 0).")
+    # New flags (num_passes is among the data flags).
+    flags.DEFINE_integer("num_workers", None, "Parallel processes for the (task, pass) units; default: the CPU count.",
+                         lower_bound=1)
+    flags.DEFINE_enum("span_unit", defaults.span_unit, list(SPAN_UNITS),
+                      "piece: spans of n pieces from a word start, as the original (may cut words); "
+                      "word: spans of n whole words, as the paper describes.")
+    flags.DEFINE_bool("strict", False, "Stop on a line that is not valid UTF-8 instead of replacing its bad bytes.")
+    flags.DEFINE_bool("overwrite", False,
+                      "Redo units that are already complete, and accept a save_dir written with other flags.")
+    flags.DEFINE_enum("runner", "local", ["local", "beam"],
+                      "local: worker processes on this machine; beam: an Apache Beam pipeline, one element per unit.")
+    flags.DEFINE_string("beam_runner", "DirectRunner",
+                        "With --runner=beam: DirectRunner, DataflowRunner, FlinkRunner, ...")
+    flags.DEFINE_string("beam_options", "", "With --runner=beam: more Beam pipeline options, as one string "
+                        "(e.g. \"--project=p --region=r --temp_location=gs://b/tmp --setup_file=./setup.py\").")
 
 
 def _runner():
     """run(config, plan) of the chosen runner; Beam and its flags are checked before anything is written."""
     if FLAGS.runner == "local":
         return functools.partial(run_local, num_workers=FLAGS.num_workers)
-    return functools.partial(beam_runner.run_beam, beam_args=beam_runner.pipeline_args(FLAGS.beam_runner, FLAGS.beam_options))
+    beam_args = beam_runner.pipeline_args(FLAGS.beam_runner, FLAGS.beam_options)
+    return functools.partial(beam_runner.run_beam, beam_args=beam_args)
 
 
 def main(argv):
@@ -81,17 +71,15 @@ def main(argv):
     logging.getLogger().setLevel(logging.INFO)
     start = time.time()
     try:
-        config = config_from_flags()
+        config = cli.config_from_flags(CreateConfig).validate()
         run_units = _runner()
         plan = make_plan(config, FLAGS.overwrite)
         prepare_save_dir(config, plan)
         results = run_units(config, plan)
     except (ConfigError, CreateError, InputError, VocabError) as err:
-        print(f"create: error: {err}", file=sys.stderr)
-        return 2
+        return cli.fail("create", err)
     except OSError as err:
-        print(f"create: error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
-        return 2
+        return cli.fail("create", f"{err.filename or ''}: {err.strerror or err}")
     _print_summary(results, time.time() - start)
     return 0
 
@@ -109,7 +97,7 @@ def _print_summary(results, seconds):
 
 
 def run():
-    cli.run(main, "create", __doc__)
+    cli.run(main, "create", __doc__, define_flags)
 
 
 if __name__ == "__main__":

@@ -641,11 +641,9 @@ def resolve_settings(files, info_candidates, overrides=None, corpus_info_path=No
 # =====================================================================================
 
 
-def _define_flags():
+def define_flags():
     from absl import flags
 
-    if "stats" in flags.FLAGS:
-        return flags.FLAGS
     flags.DEFINE_enum("format", "text", ["text", "json"],
                       "text: a readable view per example; json: one JSON object per example per line "
                       "(with --stats: the statistics as one JSON object).")
@@ -676,7 +674,6 @@ def _define_flags():
                       "Colour masked pieces: auto = only when stdout is a terminal (and NO_COLOR is unset).")
     flags.DEFINE_boolean("strict", False, "Exit 1 when a record fails the layout or target checks.")
     flags.DEFINE_boolean("verify_crc", True, "Check every record's CRC (--noverify_crc skips it).")
-    return flags.FLAGS
 
 
 def _selected_records(files, skip, limit, verify_crc):
@@ -686,7 +683,9 @@ def _selected_records(files, skip, limit, verify_crc):
 
 
 def _main(argv):
-    FLAGS = _define_flags()
+    from absl import flags
+
+    FLAGS = flags.FLAGS
     out, err = sys.stdout, sys.stderr
     for stream in (out, err):
         try:
@@ -817,8 +816,7 @@ def run():
     """Entry point of `python -m xlnet_data.dump` and `xlnet-data-dump`."""
     from xlnet_data import cli
 
-    _define_flags()
-    cli.run(_main, "dump", __doc__)
+    cli.run(_main, "dump", __doc__, define_flags)
 
 
 if __name__ == "__main__":

@@ -184,15 +184,9 @@ def train_sentencepiece(config):
 # ---------------------------------------------------------------------------
 # Command line (absl flags live only below this line).
 
-_FLAG_NAMES = ("input", "model_prefix", "vocab_size", "model_type", "character_coverage",
-               "input_sentence_size", "shuffle_input_sentence", "hard_vocab_limit", "num_threads", "verbose")
-
-
-def _define_flags():
+def define_flags():
     from absl import flags
 
-    if "model_prefix" in flags.FLAGS:
-        return
     defaults = SpmTrainConfig(input_files=(), model_prefix="")
     flags.DEFINE_string(
         "input", None,
@@ -234,14 +228,12 @@ def _define_flags():
     flags.DEFINE_boolean(
         "verbose", False,
         "Show SentencePiece's own training log on stderr (by default only its warnings).")
-    # absl's --help lists the key flags of the module named sys.argv[0] and prints __main__'s
-    # docstring; under the console script that is the generated wrapper, so point both here.
-    for name in _FLAG_NAMES:
-        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
 
 
 def main(argv):
     from absl import flags
+
+    from xlnet_data import cli
 
     FLAGS = flags.FLAGS
     if len(argv) > 1:
@@ -251,13 +243,11 @@ def main(argv):
     try:
         if not FLAGS.model_prefix:
             raise SpmTrainError("--model_prefix is required: the output prefix, e.g. out/sp10m.cased.v3")
-        config = SpmTrainConfig(input_files=expand_inputs(FLAGS.input or ""),
-                                **{name: FLAGS[name].value for name in _FLAG_NAMES if name != "input"})
+        config = cli.config_from_flags(SpmTrainConfig, input_files=expand_inputs(FLAGS.input or ""))
         path = train_sentencepiece(config)
         size = spm.SentencePieceProcessor(model_file=path).get_piece_size()
     except SpmTrainError as err:
-        print(f"spm_train: error: {err}", file=sys.stderr)
-        return 1
+        return cli.fail("spm_train", err)
     print(f"wrote {path} and {config.model_prefix}.vocab: {size} pieces from {len(config.input_files)} "
           f"file(s) in {time.time() - start:.1f} s; special ids 0-8 as XLNet expects")
     return 0
@@ -267,8 +257,7 @@ def run():
     """Console entry point (`xlnet-data-spm-train`)."""
     from xlnet_data import cli
 
-    _define_flags()
-    cli.run(main, "spm_train", __doc__)
+    cli.run(main, "spm_train", __doc__, define_flags)
 
 
 if __name__ == "__main__":

@@ -20,69 +20,68 @@ from xlnet_data.datagen.config import ConfigError
 
 FLAGS = flags.FLAGS
 
-# Experiment.
-flags.DEFINE_string("record_info_dir", None, "Records: a save_dir of create (or its tfrecords/ folder); several, "
-                    "comma-separated, are read one after the other, or mixed with --mix_sampling_factor.")
-flags.DEFINE_string("model_dir", None, "Checkpoints, xlnet_config.json and TensorBoard summaries go here; a run "
-                    "resumes from the latest checkpoint in it.")
-flags.DEFINE_string("init_checkpoint", None, "Start from this checkpoint (the original's TF1 ones or ours; model "
-                    "weights only); ignored when model_dir has a checkpoint to resume from.")
-flags.DEFINE_integer("num_passes", None, "Use the passes 0..num_passes-1 of the records (default: all).")
-# Optimization.
-flags.DEFINE_float("learning_rate", 1e-4, "Peak learning rate.")
-flags.DEFINE_float("clip", 1.0, "Clip the gradients to this global norm.")
-flags.DEFINE_float("min_lr_ratio", 0.001, "The rate decays to learning_rate * min_lr_ratio at train_steps.")
-flags.DEFINE_integer("warmup_steps", 0, "Steps of linear warmup from 0.")
-flags.DEFINE_float("adam_epsilon", 1e-8, "Adam epsilon.")
-flags.DEFINE_enum("decay_method", "poly", ["poly", "cos"], "Decay after warmup: linear (poly) or cosine.")
-flags.DEFINE_float("weight_decay", 0.0, "Decoupled weight decay (not on LayerNorm and biases, as the original).")
-# Training.
-flags.DEFINE_integer("train_batch_size", None, "Global batch, split over the replicas (default: the records' "
-                     "bsz_per_host, which it must equal).")
-flags.DEFINE_integer("train_steps", 100000, "Total number of steps.")
-flags.DEFINE_integer("iterations", 1000, "Log (and write summaries) every this many steps.")
-flags.DEFINE_integer("save_steps", None, "Checkpoint every this many steps (and always at the end).")
-flags.DEFINE_integer("max_save", 5, "Checkpoints kept.")
-flags.DEFINE_float("mix_sampling_factor", None, "With several record dirs: each step reads one, with probability "
-                   "proportional to its tokens ** factor (1: by size, 0: uniform); each keeps its own memory.")
-flags.DEFINE_integer("seed", 0, "Seeds the initialisation, the factorization orders and the source draws.")
-flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
-                  "auto: all local GPUs (mirrored) or the one GPU or the CPU; multi_worker: the cluster of TF_CONFIG.")
-flags.DEFINE_list("devices", [], "one_device / mirrored: the devices, e.g. /gpu:0,/gpu:1 (default: all GPUs).")
-flags.DEFINE_string("tpu", "", "strategy tpu: the TPU's name or grpc:// address.")
-# Data: from the records' corpus_info.json unless given (and then they must agree with it).
-flags.DEFINE_integer("seq_len", None, "Sequence length (default: the records').")
-flags.DEFINE_integer("reuse_len", None, "Tokens cached as memory for the next batch (default: the records').")
-flags.DEFINE_bool("bi_data", True, "Forward and backward rows (default: the records').")
-flags.DEFINE_integer("mask_alpha", 6, "Span masking context (default: the records').")
-flags.DEFINE_integer("mask_beta", 1, "Masked tokens per context (default: the records').")
-flags.DEFINE_integer("num_predict", None, "Predicted tokens per example (default: the records').")
-flags.DEFINE_bool("uncased", False, "Records of lower-cased text (default: the records').")
-flags.DEFINE_integer("num_core_per_host", 1, "Cores the records were laid out for (default: the records'); the "
-                     "number of GPUs comes from --strategy/--devices.")
-flags.DEFINE_integer("n_token", 32000, "Vocabulary size (default: the records' vocab_size).")
-flags.DEFINE_integer("perm_size", None, "Factorization-order block size (default: reuse_len).")
-# Model.
-flags.DEFINE_string("xlnet_config", None, "Take the model shape (n_layer ... n_token) from this xlnet_config.json, "
-                    "e.g. a released model's.")
-flags.DEFINE_integer("mem_len", 0, "Memory length (positions of earlier batches attended to).")
-flags.DEFINE_bool("same_length", False, "Same-length attention.")
-flags.DEFINE_integer("clamp_len", -1, "Clamp relative distances to this (-1: no clamping).")
-flags.DEFINE_integer("n_layer", 6, "Layers.")
-flags.DEFINE_integer("d_model", 32, "Hidden size.")
-flags.DEFINE_integer("d_embed", None, "The original's flag, which its model never used: the embedding size is "
-                     "d_model (given, it must equal it).")
-flags.DEFINE_integer("n_head", 4, "Attention heads.")
-flags.DEFINE_integer("d_head", 8, "Size of each head.")
-flags.DEFINE_integer("d_inner", 32, "Feed-forward inner size.")
-flags.DEFINE_float("dropout", 0.0, "Dropout rate.")
-flags.DEFINE_float("dropatt", 0.0, "Attention dropout rate.")
-flags.DEFINE_bool("untie_r", False, "Untie the attention biases across layers.")
-flags.DEFINE_enum("ff_activation", "relu", ["relu", "gelu"], "Feed-forward activation.")
-flags.DEFINE_bool("use_bfloat16", False, "Compute in bfloat16 (weights stay float32).")
-flags.DEFINE_enum("init", "normal", ["normal", "uniform"], "Initialisation.")
-flags.DEFINE_float("init_std", 0.02, "Standard deviation of the normal initialisation.")
-flags.DEFINE_float("init_range", 0.1, "Range of the uniform initialisation.")
+# Defaults of the data flags where the records have no corpus_info.json (num_passes None: all passes).
+_DATA_DEFAULTS = {"bi_data": True, "mask_alpha": 6, "mask_beta": 1, "uncased": False, "num_core_per_host": 1}
+
+
+def define_flags():
+    """The original train_gpu.py's flags, same names and defaults; the data ones default to the records'."""
+    # Experiment.
+    flags.DEFINE_string("record_info_dir", None, "Records: a save_dir of create (or its tfrecords/ folder); several, "
+                        "comma-separated, are read one after the other, or mixed with --mix_sampling_factor.")
+    flags.DEFINE_string("model_dir", None, "Checkpoints, xlnet_config.json and TensorBoard summaries go here; a run "
+                        "resumes from the latest checkpoint in it.")
+    flags.DEFINE_string("init_checkpoint", None, "Start from this checkpoint (the original's TF1 ones or ours; model "
+                        "weights only); ignored when model_dir has a checkpoint to resume from.")
+    # Optimization.
+    flags.DEFINE_float("learning_rate", 1e-4, "Peak learning rate.")
+    flags.DEFINE_float("clip", 1.0, "Clip the gradients to this global norm.")
+    flags.DEFINE_float("min_lr_ratio", 0.001, "The rate decays to learning_rate * min_lr_ratio at train_steps.")
+    flags.DEFINE_integer("warmup_steps", 0, "Steps of linear warmup from 0.")
+    flags.DEFINE_float("adam_epsilon", 1e-8, "Adam epsilon.")
+    flags.DEFINE_enum("decay_method", "poly", ["poly", "cos"], "Decay after warmup: linear (poly) or cosine.")
+    flags.DEFINE_float("weight_decay", 0.0, "Decoupled weight decay (not on LayerNorm and biases, as the original).")
+    # Training.
+    flags.DEFINE_integer("train_batch_size", None, "Global batch, split over the replicas (default: the records' "
+                         "bsz_per_host, which it must equal).")
+    flags.DEFINE_integer("train_steps", 100000, "Total number of steps.")
+    flags.DEFINE_integer("iterations", 1000, "Log (and write summaries) every this many steps.")
+    flags.DEFINE_integer("save_steps", None, "Checkpoint every this many steps (and always at the end).")
+    flags.DEFINE_integer("max_save", 5, "Checkpoints kept.")
+    flags.DEFINE_float("mix_sampling_factor", None, "With several record dirs: each step reads one, with probability "
+                       "proportional to its tokens ** factor (1: by size, 0: uniform); each keeps its own memory.")
+    flags.DEFINE_integer("seed", 0, "Seeds the initialisation, the factorization orders and the source draws.")
+    flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
+                      "auto: all local GPUs (mirrored) or the one GPU or the CPU; multi_worker: the cluster of TF_CONFIG.")
+    flags.DEFINE_list("devices", [], "one_device / mirrored: the devices, e.g. /gpu:0,/gpu:1 (default: all GPUs).")
+    flags.DEFINE_string("tpu", "", "strategy tpu: the TPU's name or grpc:// address.")
+    # Data: from the records' corpus_info.json unless given (and then they must agree with it).
+    cli.define_data_flags(_DATA_DEFAULTS, note=" Default: the records' (corpus_info.json).")
+    flags.DEFINE_integer("n_token", 32000, "Vocabulary size (default: the records' vocab_size).")
+    flags.DEFINE_integer("perm_size", None, "Factorization-order block size (default: reuse_len).")
+    # Model.
+    flags.DEFINE_string("xlnet_config", None, "Take the model shape (n_layer ... n_token) from this xlnet_config.json, "
+                        "e.g. a released model's.")
+    flags.DEFINE_integer("mem_len", 0, "Memory length (positions of earlier batches attended to).")
+    flags.DEFINE_bool("same_length", False, "Same-length attention. Inert in pretraining, as in the original: it "
+                      "applies to uni-directional attention, and pretraining always attends both ways.")
+    flags.DEFINE_integer("clamp_len", -1, "Clamp relative distances to this (-1: no clamping).")
+    flags.DEFINE_integer("n_layer", 6, "Layers.")
+    flags.DEFINE_integer("d_model", 32, "Hidden size.")
+    flags.DEFINE_integer("d_embed", None, "The original's flag, which its model never used: the embedding size is "
+                         "d_model (given, it must equal it).")
+    flags.DEFINE_integer("n_head", 4, "Attention heads.")
+    flags.DEFINE_integer("d_head", 8, "Size of each head.")
+    flags.DEFINE_integer("d_inner", 32, "Feed-forward inner size.")
+    flags.DEFINE_float("dropout", 0.0, "Dropout rate.")
+    flags.DEFINE_float("dropatt", 0.0, "Attention dropout rate.")
+    flags.DEFINE_bool("untie_r", False, "Untie the attention biases across layers.")
+    flags.DEFINE_enum("ff_activation", "relu", ["relu", "gelu"], "Feed-forward activation.")
+    flags.DEFINE_bool("use_bfloat16", False, "Compute in bfloat16 (weights stay float32).")
+    flags.DEFINE_enum("init", "normal", ["normal", "uniform"], "Initialisation.")
+    flags.DEFINE_float("init_std", 0.02, "Standard deviation of the normal initialisation.")
+    flags.DEFINE_float("init_range", 0.1, "Range of the uniform initialisation.")
+
 
 # flag -> corpus_info.json key
 DATA_FLAGS = {"train_batch_size": "bsz_per_host", "num_core_per_host": "num_core_per_host", "seq_len": "seq_len",
@@ -162,23 +161,10 @@ def config_from_flags():
     if FLAGS.d_embed is not None and FLAGS.d_embed != model.d_model:
         raise ConfigError(f"--d_embed={FLAGS.d_embed} must equal d_model={model.d_model} (XLNet embeds in d_model)")
 
-    run = RunConfig(mem_len=FLAGS.mem_len, reuse_len=data_config.reuse_len, bi_data=data_config.bi_data,
-                    clamp_len=FLAGS.clamp_len, same_length=FLAGS.same_length, dropout=FLAGS.dropout,
-                    dropatt=FLAGS.dropatt, use_bfloat16=FLAGS.use_bfloat16, init=FLAGS.init,
-                    init_std=FLAGS.init_std, init_range=FLAGS.init_range)
-    return training.TrainConfig(
-        record_info_dir=",".join(tfrecords for tfrecords, _ in record_dirs), model_dir=FLAGS.model_dir,
-        model=model, run=run, data=data_config, init_checkpoint=FLAGS.init_checkpoint,
-        learning_rate=FLAGS.learning_rate, clip=FLAGS.clip, min_lr_ratio=FLAGS.min_lr_ratio,
-        warmup_steps=FLAGS.warmup_steps, adam_epsilon=FLAGS.adam_epsilon, decay_method=FLAGS.decay_method,
-        weight_decay=FLAGS.weight_decay, train_steps=FLAGS.train_steps, iterations=FLAGS.iterations,
-        save_steps=FLAGS.save_steps, max_save=FLAGS.max_save, mix_sampling_factor=FLAGS.mix_sampling_factor,
-        seed=FLAGS.seed, strategy=FLAGS.strategy, devices=tuple(FLAGS.devices), tpu=FLAGS.tpu)
-
-
-def _fail(err) -> int:
-    print(f"train: error: {str(err).splitlines()[0]}", file=sys.stderr)
-    return 2
+    run = cli.config_from_flags(RunConfig, reuse_len=data_config.reuse_len, bi_data=data_config.bi_data)
+    return cli.config_from_flags(
+        training.TrainConfig, record_info_dir=",".join(tfrecords for tfrecords, _ in record_dirs), model=model,
+        run=run, data=data_config, devices=tuple(FLAGS.devices))
 
 
 def main(argv):
@@ -187,22 +173,22 @@ def main(argv):
     try:
         config = config_from_flags()
     except (ConfigError, ValueError, OSError) as err:  # the configs' own checks raise ValueError
-        return _fail(err)
+        return cli.fail("train", err)
     import tensorflow as tf
 
     from xlnet_data.pretrain import training
     try:
         result = training.train(config)
     except (ConfigError, ValueError, OSError) as err:  # checkpoint mismatch, bad JSON, unwritable model_dir...
-        return _fail(err)
+        return cli.fail("train", err)
     except tf.errors.NotFoundError as err:  # e.g. an --init_checkpoint that is not there
-        return _fail(err.message)
+        return cli.fail("train", err.message)
     print(f"done: step {result.step}, checkpoints and summaries in {config.model_dir}", file=sys.stderr)
     return 0
 
 
 def run():
-    cli.run(main, "train", __doc__)
+    cli.run(main, "train", __doc__, define_flags)
 
 
 if __name__ == "__main__":
