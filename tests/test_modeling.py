@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 from conftest import SHARED, needs_shared
 
+from xlnet_data.pretrain import checkpoints
 from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import modeling as M
 
@@ -101,9 +102,9 @@ def test_golden_checkpoint_into_the_wrong_config_names_the_variables():
     directory = SHARED / "golden_model" / "m1_bi_untied"
     config = dataclasses.replace(M.XLNetConfig.from_json(str(directory / "xlnet_config.json")), untie_r=False)
     model = M.XLNet(config, M.RunConfig(), seed=0)
-    with pytest.raises(M.CheckpointMismatchError, match=r"model/transformer/r_w_bias: expected shape \[2, 8\], "
+    with pytest.raises(checkpoints.CheckpointMismatchError, match=r"model/transformer/r_w_bias: expected shape \[2, 8\], "
                                                         r"found \[2, 2, 8\]"):
-        M.load_checkpoint(model, str(directory / "model.ckpt"))
+        checkpoints.load(str(directory / "model.ckpt"), model.weights)
 
 
 # ----- checkpoints ---------------------------------------------------------------------------------
@@ -119,17 +120,17 @@ def test_checkpoint_with_a_missing_or_misshaped_variable_is_refused_by_name(tmp_
     tensors = {name: var.numpy() for name, var in model.weights.items()}
     del tensors["model/transformer/layer_1/rel_attn/q/kernel"]
     _write_raw_checkpoint(tmp_path / "missing.ckpt", tensors)
-    with pytest.raises(M.CheckpointMismatchError,
+    with pytest.raises(checkpoints.CheckpointMismatchError,
                        match=r"model/transformer/layer_1/rel_attn/q/kernel: missing \(expected shape \[16, 2, 8\]\)"):
-        M.load_checkpoint(model, str(tmp_path / "missing.ckpt"))
+        checkpoints.load(str(tmp_path / "missing.ckpt"), model.weights)
 
     tensors = {name: var.numpy() for name, var in model.weights.items()}
     tensors["model/lm_loss/bias"] = np.zeros(99, np.float32)
     tensors["global_step"] = np.int64(5)  # extra variables are fine
     _write_raw_checkpoint(tmp_path / "shape.ckpt", tensors)
     before = model.weights["model/transformer/mask_emb/mask_emb"].numpy()
-    with pytest.raises(M.CheckpointMismatchError, match=r"model/lm_loss/bias: expected shape \[100\], found \[99\]"):
-        M.load_checkpoint(model, str(tmp_path / "shape.ckpt"))
+    with pytest.raises(checkpoints.CheckpointMismatchError, match=r"model/lm_loss/bias: expected shape \[100\], found \[99\]"):
+        checkpoints.load(str(tmp_path / "shape.ckpt"), model.weights)
     # Refused as a whole: nothing was assigned.
     np.testing.assert_array_equal(model.weights["model/transformer/mask_emb/mask_emb"].numpy(), before)
 
@@ -140,7 +141,7 @@ def test_save_and_load_in_both_formats(tmp_path):
     want = model.plm_loss(features, model.initial_mems(4)).total_loss.numpy()
 
     # Original names: loadable by prefix or by directory, and listed as the original lists them.
-    M.save_checkpoint(model, str(tmp_path / "orig" / "model.ckpt"))
+    checkpoints.save(str(tmp_path / "orig" / "model.ckpt"), model.weights)
     names = dict(tf.train.list_variables(str(tmp_path / "orig")))
     assert names == {name: list(shape) for name, shape in M.variable_shapes(TINY).items()}
     for source in (tmp_path / "orig", tmp_path / "orig" / "model.ckpt"):

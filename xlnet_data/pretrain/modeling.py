@@ -10,7 +10,7 @@ into the original.
 Typical use (features as `xlnet_data.pretrain.inputs` makes them):
 
     model = build_model("xlnet_config.json", RunConfig(mem_len=384, reuse_len=256, bi_data=True))
-    load_checkpoint(model, "init/model.ckpt")            # optional
+    checkpoints.load("init/model.ckpt", model.weights)   # optional (pretrain/checkpoints.py)
     mems = model.initial_mems(bsz)
     out = model.plm_loss(features, mems, training=True)  # out.total_loss, out.token_loss, out.new_mems
     mems = out.new_mems                                   # feed to the next batch
@@ -29,12 +29,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
+
+from xlnet_data.pretrain import checkpoints
 
 _ACTIVATIONS = ("relu", "gelu")
 # contrib.layers.layer_norm's epsilon, which the original uses everywhere.
@@ -114,10 +115,6 @@ class PLMOutput(NamedTuple):
     total_loss: tf.Tensor       # scalar float32: mean loss over target_mask
     token_loss: tf.Tensor       # [bsz, num_predict] (or [bsz, seq_len]) float32, unmasked
     new_mems: Optional[list]    # per layer [mem_len, bsz, d_model]; None when mem_len == 0
-
-
-class CheckpointMismatchError(ValueError):
-    """A checkpoint lacks a variable the model needs, or holds it with another shape."""
 
 
 def gelu(x: tf.Tensor) -> tf.Tensor:
@@ -445,47 +442,5 @@ def build_model(xlnet_config: str | XLNetConfig, run: RunConfig, checkpoint: Opt
         xlnet_config = XLNetConfig.from_json(xlnet_config)
     model = XLNet(xlnet_config, run, seed=seed)
     if checkpoint:
-        load_checkpoint(model, checkpoint)
+        checkpoints.load(checkpoint, model.weights)
     return model
-
-
-def load_checkpoint(model: XLNet, path: str) -> None:
-    """Loads every model variable by its original name from a TF1-style checkpoint.
-
-    `path` is a checkpoint prefix (".../model.ckpt") or a directory with a
-    `checkpoint` file. Extra variables (global_step, optimizer slots) are
-    ignored. Nothing is assigned unless every variable is present with the
-    right shape; otherwise CheckpointMismatchError lists the offenders.
-    """
-    reader = tf.train.load_checkpoint(path)
-    found = reader.get_variable_to_shape_map()
-    problems = []
-    for name, var in model.weights.items():
-        want = tuple(var.shape)
-        if name not in found:
-            problems.append(f"{name}: missing (expected shape {list(want)})")
-        elif tuple(found[name]) != want:
-            problems.append(f"{name}: expected shape {list(want)}, found {list(found[name])}")
-    if problems:
-        raise CheckpointMismatchError(f"checkpoint {path} does not fit the model: " + "; ".join(problems))
-    for name, var in model.weights.items():
-        var.assign(tf.cast(reader.get_tensor(name), var.dtype))
-
-
-def save_checkpoint(model: XLNet, path: str) -> str:
-    """Writes the variables under their original names (a checkpoint the original code can load).
-
-    `path` is the prefix, e.g. "out/model.ckpt"; a `checkpoint` file next to it
-    makes the directory loadable too. For training state (optimizer, step) use
-    tf.train.Checkpoint(model=model, ...) instead: the model is a tf.Module.
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    names = list(model.weights)
-    tf.raw_ops.SaveV2(prefix=path, tensor_names=names, shape_and_slices=[""] * len(names),
-                      tensors=[model.weights[name] for name in names])
-    # The CheckpointState text proto; a relative entry keeps the directory relocatable.
-    entry = json.dumps(os.path.basename(path))
-    with open(os.path.join(directory, "checkpoint"), "w") as fp:
-        fp.write(f"model_checkpoint_path: {entry}\nall_model_checkpoint_paths: {entry}\n")
-    return path

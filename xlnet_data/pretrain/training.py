@@ -19,7 +19,6 @@ continues its rows from step to step.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -32,8 +31,9 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from xlnet_data.datagen.config import ConfigError
+from xlnet_data.pretrain import checkpoints
 from xlnet_data.pretrain.inputs import InputConfig, PermutationFn, find_records, make_dataset
-from xlnet_data.pretrain.modeling import RunConfig, XLNet, XLNetConfig, build_model, load_checkpoint
+from xlnet_data.pretrain.modeling import RunConfig, XLNet, XLNetConfig, build_model
 
 log = logging.getLogger("xlnet_data")
 
@@ -169,45 +169,22 @@ class AdamWeightDecay(tf.Module):
 
 
 # ----- checkpoints -------------------------------------------------------------------------------
-# Name-based, as the original's tf.train.Saver writes them: the model's variables under their
-# original names, the slots as "<name>/adam_m", "<name>/adam_v", and "global_step". The original
-# code (and modeling.load_checkpoint, hence --init_checkpoint) can read them.
+# The model's variables, the slots as "<name>/adam_m", "<name>/adam_v", and "global_step", as the
+# original's Saver writes them (see checkpoints.py).
 
 def save(model_dir: str, model: XLNet, optimizer: AdamWeightDecay, max_save: int) -> str:
     """Writes model_dir/model.ckpt-<step>, lists it in model_dir/checkpoint, keeps the last max_save."""
     step = int(optimizer.step.numpy())
-    prefix = os.path.join(model_dir, f"model.ckpt-{step}")
-    tensors = {"global_step": optimizer.step, **model.weights,
-               **{var.name.split(":")[0]: var for var in [*optimizer.m.values(), *optimizer.v.values()]}}
-    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=list(tensors), shape_and_slices=[""] * len(tensors),
-                      tensors=[tf.convert_to_tensor(t) for t in tensors.values()])
-    state = tf.train.get_checkpoint_state(model_dir)
-    previous = [os.path.basename(p) for p in state.all_model_checkpoint_paths] if state else []
-    kept = [p for p in previous if p != os.path.basename(prefix)][-(max_save - 1):] if max_save > 1 else []
-    kept.append(os.path.basename(prefix))
-    lines = [f"model_checkpoint_path: {json.dumps(kept[-1])}"]
-    lines += [f"all_model_checkpoint_paths: {json.dumps(p)}" for p in kept]
-    tmp = os.path.join(model_dir, "checkpoint.tmp")
-    with open(tmp, "w") as fp:
-        fp.write("\n".join(lines) + "\n")
-    os.replace(tmp, os.path.join(model_dir, "checkpoint"))
-    for old in set(previous) - set(kept):
-        for path in tf.io.gfile.glob(os.path.join(model_dir, old) + ".*"):
-            tf.io.gfile.remove(path)
-    return prefix
+    slots = {var.name.split(":")[0]: var for var in [*optimizer.m.values(), *optimizer.v.values()]}
+    return checkpoints.save(os.path.join(model_dir, f"model.ckpt-{step}"),
+                            {"global_step": optimizer.step, **model.weights, **slots}, max_save)
 
 
 def restore(path: str, model: XLNet, optimizer: AdamWeightDecay) -> None:
     """Model, slots and step from one of our checkpoints (slots missing from it stay zero)."""
-    load_checkpoint(model, path)
-    reader = tf.train.load_checkpoint(path)
-    for slots in (optimizer.m, optimizer.v):
-        for var in slots.values():
-            name = var.name.split(":")[0]
-            if reader.has_tensor(name):
-                var.assign(reader.get_tensor(name))
-    if reader.has_tensor("global_step"):
-        optimizer.step.assign(int(reader.get_tensor("global_step")))
+    checkpoints.load(path, model.weights)
+    slots = {var.name.split(":")[0]: var for var in [*optimizer.m.values(), *optimizer.v.values()]}
+    checkpoints.load(path, {"global_step": optimizer.step, **slots}, required=False)
 
 
 # ----- data --------------------------------------------------------------------------------------
@@ -381,12 +358,12 @@ def _check_model_dir(cfg: TrainConfig) -> None:
 
 def _start(cfg: TrainConfig, trainer: Trainer) -> int:
     """Resumes from model_dir's latest checkpoint, else starts from --init_checkpoint or scratch."""
-    latest = tf.train.latest_checkpoint(cfg.model_dir)
+    latest = checkpoints.latest(cfg.model_dir)
     if latest:
         restore(latest, trainer.model, trainer.optimizer)
         log.info("resumed from %s (step %d; memories start empty)", latest, int(trainer.optimizer.step.numpy()))
     elif cfg.init_checkpoint:
-        load_checkpoint(trainer.model, cfg.init_checkpoint)
+        checkpoints.load(cfg.init_checkpoint, trainer.model.weights)
         log.info("model initialised from %s", cfg.init_checkpoint)
     return int(trainer.optimizer.step.numpy())
 

@@ -1,0 +1,75 @@
+"""Checkpoints: the one writer and reader, name-based as the original's tf.train.Saver.
+
+The model's variables keep their original names ("model/transformer/layer_0/rel_attn/q/kernel", ...),
+training adds "<name>/adam_m", "<name>/adam_v" and "global_step"; so the original code loads ours and
+we load the original's. A directory's `checkpoint` file (the CheckpointState text proto) lists the
+checkpoints, the latest last, with paths relative to it so that the directory can be moved.
+"""
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Optional
+
+import tensorflow as tf
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint lacks a variable the model needs, or holds it with another shape."""
+
+
+def save(prefix: str, tensors: Mapping[str, tf.Tensor], max_save: Optional[int] = None) -> str:
+    """Writes `tensors` under their names as checkpoint `prefix` (e.g. "out/model.ckpt-100") and lists it
+    last in the directory's `checkpoint` file; with `max_save`, only the newest max_save stay (older ones
+    are deleted). Returns the prefix."""
+    directory = os.path.dirname(os.path.abspath(prefix))
+    tf.io.gfile.makedirs(directory)
+    names = list(tensors)
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=[tf.convert_to_tensor(tensors[name]) for name in names])
+    state = tf.train.get_checkpoint_state(directory)
+    previous = [os.path.basename(p) for p in state.all_model_checkpoint_paths] if state else []
+    name = os.path.basename(prefix)
+    kept = [p for p in previous if p != name] + [name]
+    if max_save is not None:
+        kept = kept[-max_save:]
+    lines = [f"model_checkpoint_path: {json.dumps(kept[-1])}"]
+    lines += [f"all_model_checkpoint_paths: {json.dumps(p)}" for p in kept]
+    tmp = os.path.join(directory, "checkpoint.tmp")
+    with tf.io.gfile.GFile(tmp, "w") as fp:
+        fp.write("\n".join(lines) + "\n")
+    tf.io.gfile.rename(tmp, os.path.join(directory, "checkpoint"), overwrite=True)
+    for old in set(previous) - set(kept):
+        for path in tf.io.gfile.glob(os.path.join(directory, old) + ".*"):
+            tf.io.gfile.remove(path)
+    return prefix
+
+
+def load(path: str, variables: Mapping[str, tf.Variable], *, required: bool = True) -> list[str]:
+    """Assigns each variable the checkpoint's tensor of the same name; returns the names assigned.
+
+    `path` is a checkpoint prefix (".../model.ckpt") or a directory with a `checkpoint` file; other
+    tensors in it are ignored. With `required`, nothing is assigned unless every variable is there with
+    its shape, else CheckpointMismatchError lists the offenders; without, the ones present are assigned.
+    """
+    reader = tf.train.load_checkpoint(path)
+    found = reader.get_variable_to_shape_map()
+    problems = []
+    for name, var in variables.items():
+        want = tuple(var.shape)
+        if name not in found:
+            if required:
+                problems.append(f"{name}: missing (expected shape {list(want)})")
+        elif tuple(found[name]) != want:
+            problems.append(f"{name}: expected shape {list(want)}, found {list(found[name])}")
+    if problems:
+        raise CheckpointMismatchError(f"checkpoint {path} does not fit the model: " + "; ".join(problems))
+    assigned = [name for name in variables if name in found]
+    for name in assigned:
+        variables[name].assign(tf.cast(reader.get_tensor(name), variables[name].dtype))
+    return assigned
+
+
+def latest(model_dir: str) -> Optional[str]:
+    """The newest checkpoint prefix listed in model_dir, or None."""
+    return tf.train.latest_checkpoint(model_dir)
