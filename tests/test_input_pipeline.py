@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from conftest import SHARED, needs_shared
 
-from xlnet_data.common.records import format_filename
+from xlnet_data.common import save_dir
 from xlnet_data.common.vocab import CLS_ID, SEP_ID
 from xlnet_data.pretrain import inputs as ip
 
@@ -82,11 +82,7 @@ def _make_record_dir(directory, config, task_passes, num_records, gz, tag, seed=
     rng = np.random.default_rng(seed)
     (directory).mkdir(parents=True, exist_ok=True)
     for task, pass_id in task_passes:
-        name = format_filename(prefix=f"{config.split}-{task}-{pass_id}", bsz_per_host=config.bsz_per_host,
-                               seq_len=config.seq_len, bi_data=config.bi_data, suffix="tfrecords",
-                               mask_alpha=config.mask_alpha, mask_beta=config.mask_beta,
-                               reuse_len=config.reuse_len, uncased=config.uncased,
-                               fixed_num_predict=config.num_predict)
+        name = save_dir.RecordSettings.of(config).name(f"{config.split}-{task}-{pass_id}", "tfrecords")
         records = []
         for r in range(num_records):
             first = tag * 10000 + task * 1000 + pass_id * 100 + r

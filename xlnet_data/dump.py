@@ -29,19 +29,19 @@ is not an XLNet pretraining example (one line naming the file and the record
 index); with --strict, also 1 when a record fails the layout or target checks.
 """
 
+import dataclasses
 import functools
 import glob
 import importlib.util
 import itertools
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from xlnet_data.common import fileio
+from xlnet_data.common import save_dir
 from xlnet_data.common import vocab as _vocab
 from xlnet_data.common.records import FEATURES, RecordError, parse_example, read_records
 from xlnet_data.common.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID
@@ -466,28 +466,13 @@ class DumpError(Exception):
     """A problem the CLI reports as one line and a non-zero exit."""
 
 
-_NAME_RE = re.compile(r"bsz-(?P<bsz>\d+)\.seqlen-(?P<seq>\d+)\.(?:reuse-(?P<reuse>\d+)\.)?(?P<uncased>uncased\.)?"
-                      r"(?P<dir>bi|uni)\.alpha-(?P<alpha>\d+)\.beta-(?P<beta>\d+)\.(?:fnp-(?P<fnp>\d+)\.)?tfrecord")
-
-
 def parse_record_filename(name):
-    """Settings encoded in a records file name by format_filename, or {} if it has none."""
-    match = _NAME_RE.search(os.path.basename(name))
-    if not match:
+    """Settings encoded in a records file name (common/save_dir.py's scheme), or {} if it has none."""
+    parsed = save_dir.parse_name(name)
+    if parsed is None:
         return {}
-    out = {"bsz_per_host": int(match["bsz"]), "seq_len": int(match["seq"]), "bi_data": match["dir"] == "bi",
-           "mask_alpha": int(match["alpha"]), "mask_beta": int(match["beta"]), "uncased": bool(match["uncased"])}
-    if match["reuse"]:
-        out["reuse_len"] = int(match["reuse"])
-    if match["fnp"]:
-        out["num_predict"] = int(match["fnp"])
-    return out
-
-
-def _is_record_file(name):
-    """A tfrecords file, not its JSON, nor the temporary file of an unfinished (or killed) create."""
-    base = os.path.basename(name)
-    return ".tfrecord" in base and not base.endswith(".json") and fileio.TMP_MARK not in base
+    settings = dataclasses.asdict(parsed.settings)
+    return {key: value for key, value in settings.items() if value is not None}
 
 
 def resolve_inputs(paths):
@@ -501,10 +486,9 @@ def resolve_inputs(paths):
     files, info_dirs = [], []
     for path in paths:
         if os.path.isdir(path):
-            inner = os.path.join(path, "tfrecords")
-            folder = inner if os.path.isdir(inner) else path
+            folder = save_dir.tfrecords_dir(path)
             found = sorted(os.path.join(folder, n) for n in os.listdir(folder)
-                           if _is_record_file(n) and os.path.isfile(os.path.join(folder, n)))
+                           if save_dir.is_record_file(n) and os.path.isfile(os.path.join(folder, n)))
             if not found:
                 raise DumpError(f"no tfrecords files in {folder}")
             files.extend(found)
@@ -521,12 +505,12 @@ def resolve_inputs(paths):
     for path in files:
         folder = os.path.dirname(os.path.abspath(path))
         info_dirs.append(folder)
-        if os.path.basename(folder) == "tfrecords":
+        if os.path.basename(folder) == save_dir.TFRECORDS:
             info_dirs.append(os.path.dirname(folder))
     unique = {}
     for path in files:
         unique.setdefault(os.path.abspath(path), path)
-    candidates = dict.fromkeys(os.path.join(folder, "corpus_info.json") for folder in info_dirs)
+    candidates = dict.fromkeys(save_dir.corpus_info_path(folder) for folder in info_dirs)
     return list(unique.values()), list(candidates)
 
 
@@ -535,15 +519,8 @@ def record_info_batches(files):
     when one of them is missing or unreadable."""
     total = 0
     for path in files:
-        name = os.path.basename(path)
-        if name.endswith(".gz"):
-            name = name[:-3]
-        if name.endswith(".tfrecords"):
-            name = name[:-len(".tfrecords")]
-        info_path = os.path.join(os.path.dirname(path), f"record_info-{name}.json")
         try:
-            with open(info_path, encoding="utf-8") as f:
-                total += int(json.load(f)["num_batch"])
+            total += int(save_dir.read_json(save_dir.record_info_of(path))["num_batch"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
     return total
@@ -552,13 +529,11 @@ def record_info_batches(files):
 def load_corpus_info(path):
     """corpus_info.json as a dict; DumpError if unreadable."""
     try:
-        with open(path, encoding="utf-8") as f:
-            info = json.load(f)
-    except (OSError, ValueError) as err:
+        return save_dir.read_json(path)
+    except OSError as err:
         raise DumpError(f"cannot read {path}: {err}") from None
-    if not isinstance(info, dict):
-        raise DumpError(f"{path} is not a JSON object")
-    return info
+    except save_dir.SaveDirError as err:
+        raise DumpError(str(err)) from None
 
 
 def resolve_sp_path(sp_path, corpus_info_path=None, input_glob=None, cwd=None):

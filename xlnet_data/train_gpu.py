@@ -7,15 +7,14 @@ xlnet_data/training.py; README.md ("Pretraining: train_gpu") has examples.
 """
 
 import glob
-import json
 import logging
 import os
 import sys
-from pathlib import Path
 
 from absl import flags
 
 from xlnet_data import cli
+from xlnet_data.common import save_dir
 from xlnet_data.datagen.config import ConfigError
 
 FLAGS = flags.FLAGS
@@ -95,18 +94,17 @@ def find_record_dirs(record_info_dir: str):
     holds no records."""
     found = []
     for given in record_info_dir.split(","):
-        tfrecords = os.path.join(given, "tfrecords") if os.path.isdir(os.path.join(given, "tfrecords")) else given
+        tfrecords = save_dir.tfrecords_dir(given)
         if not glob.glob(os.path.join(tfrecords, "record_info-*.json")):
             raise ConfigError(f"--record_info_dir: no records (record_info-*.json) in {os.path.abspath(tfrecords)}")
-        infos = [os.path.join(d, "corpus_info.json") for d in (given, os.path.dirname(os.path.abspath(tfrecords)))]
-        found.append((tfrecords, next((path for path in infos if os.path.isfile(path)), None)))
+        found.append((tfrecords, save_dir.find_corpus_info(tfrecords)))
     return found
 
 
 def data_settings(record_dirs):
     """{flag: (value, where it comes from)} of the data flags: explicit ones checked against the records'
     corpus_info.json, the others taken from it (or the flag's default where there is none)."""
-    infos = [(path, json.loads(Path(path).read_text())) for _, path in record_dirs if path]
+    infos = [(path, save_dir.read_json(path)) for _, path in record_dirs if path]
     values = {}
     for flag, key in DATA_FLAGS.items():
         for path, info in infos:

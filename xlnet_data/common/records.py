@@ -12,17 +12,6 @@ from xlnet_data.common import fileio
 FEATURES = ("input", "is_masked", "target", "seg_id", "label")
 
 
-def format_filename(prefix, bsz_per_host, seq_len, bi_data, suffix, mask_alpha=5, mask_beta=1,
-                    reuse_len=None, uncased=False, fixed_num_predict=None):
-    """The original's file-name scheme, e.g. `train-0-0.bsz-8.seqlen-128.reuse-64.bi.alpha-6.beta-1.fnp-21.tfrecords`."""
-    reuse_part = "" if reuse_len is None else f"reuse-{reuse_len}."
-    uncased_part = "uncased." if uncased else ""
-    direction = "bi" if bi_data else "uni"
-    fnp_part = "" if fixed_num_predict is None else f"fnp-{fixed_num_predict}."
-    return (f"{prefix}.bsz-{bsz_per_host}.seqlen-{seq_len}.{reuse_part}{uncased_part}{direction}"
-            f".alpha-{mask_alpha}.beta-{mask_beta}.{fnp_part}{suffix}")
-
-
 # ---- serialisation: tf.train.Example protos in TFRecord framing, written without proto objects ----
 
 def _crc32c_table():

@@ -5,11 +5,10 @@ units, refuse the same conflicting save_dir, and write corpus_info.json the same
 """
 
 import dataclasses
-import json
 import logging
 import os
 
-from xlnet_data.common import fileio
+from xlnet_data.common import fileio, save_dir
 from xlnet_data.common.vocab import load_sentencepiece
 from xlnet_data.datagen import corpus, units
 from xlnet_data.datagen.config import CreateConfig
@@ -30,11 +29,11 @@ class Plan:
 
 
 def _check_save_dir(config, info, overwrite):
-    path = os.path.join(config.save_dir, "corpus_info.json")
+    path = save_dir.corpus_info_path(config.save_dir)
     if overwrite or not fileio.exists(path):
         return
     try:
-        existing = json.loads(fileio.read_text(path))
+        existing = save_dir.read_json(path)
     except (OSError, ValueError):
         return
     differ = [f"{k} {existing.get(k)!r} there, {v!r} here" for k, v in info.items() if existing.get(k) != v]
@@ -49,7 +48,7 @@ def unit_is_complete(config, unit):
     if not fileio.exists(info_path):
         return False
     try:
-        info = json.loads(fileio.read_text(info_path))
+        info = save_dir.read_json(info_path)
     except (OSError, ValueError):
         return False
     if info.get("create_settings") != units.record_settings(config):
@@ -91,6 +90,6 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
 
 def prepare_save_dir(config: CreateConfig, plan: Plan):
     """Makes save_dir/tfrecords and writes corpus_info.json (when task 0 is part of the run, as the original)."""
-    fileio.makedirs(os.path.join(config.save_dir, "tfrecords"))
+    fileio.makedirs(os.path.join(config.save_dir, save_dir.TFRECORDS))
     if 0 in config.tasks:
-        fileio.write_text_atomic(os.path.join(config.save_dir, "corpus_info.json"), json.dumps(plan.corpus_info))
+        save_dir.write_json(save_dir.corpus_info_path(config.save_dir), plan.corpus_info)

@@ -6,16 +6,14 @@ Python's `random` for A/B), seeded with 100 * task + pass_id, so the records are
 """
 
 import dataclasses
-import json
 import logging
-import os
 from collections.abc import Callable
 from typing import Optional
 
 import numba
 import numpy as np
 
-from xlnet_data.common import fileio, records
+from xlnet_data.common import fileio, records, save_dir
 from xlnet_data.common.vocab import CLS_ID, SEP_ID, start_piece_table
 from xlnet_data.datagen import corpus, layout, rng
 from xlnet_data.datagen.config import CreateConfig
@@ -59,14 +57,8 @@ def plan_units(config: CreateConfig):
 
 def record_paths(config: CreateConfig, unit: Unit):
     """(tfrecords path, record_info path) of a unit, named as the original names them."""
-    tfrecord_dir = os.path.join(config.save_dir, "tfrecords")
-    name_args = dict(bsz_per_host=config.bsz_per_host, seq_len=config.seq_len, bi_data=config.bi_data,
-                     mask_alpha=config.mask_alpha, mask_beta=config.mask_beta, reuse_len=config.reuse_len,
-                     uncased=config.uncased, fixed_num_predict=config.num_predict)
-    basename = f"{config.split}-{unit.task}-{unit.pass_id}"
-    return (os.path.join(tfrecord_dir, records.format_filename(basename, suffix="tfrecords", **name_args)),
-            os.path.join(tfrecord_dir, records.format_filename(f"record_info-{basename}", suffix="json",
-                                                               **name_args)))
+    return save_dir.unit_paths(config.save_dir, config.split, unit.task, unit.pass_id,
+                              save_dir.RecordSettings.of(config))
 
 
 def corpus_info(config: CreateConfig, vocab_size):
@@ -222,7 +214,7 @@ def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None, on_r
                           "and room for A/B); nothing written")
         return result
     info = {"filenames": [record_path], "num_batch": num_batch, "create_settings": record_settings(config)}
-    fileio.write_text_atomic(info_path, json.dumps(info))
+    save_dir.write_json(info_path, info)
     result.num_batch = num_batch
     result.records = num_batch * config.bsz_per_host
     result.dropped_tokens = result.tokens - num_batch * config.reuse_len * rows.data.shape[0]

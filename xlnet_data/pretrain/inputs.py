@@ -35,15 +35,13 @@ from __future__ import annotations
 import dataclasses
 import glob
 import itertools
-import json
-import os
 from collections.abc import Callable, Sequence
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
-from xlnet_data.common.records import format_filename
+from xlnet_data.common import save_dir
 from xlnet_data.common.vocab import CLS_ID, SEP_ID
 
 # (example index in the stream [int64 scalar tensor], part 0 = first reuse_len
@@ -108,45 +106,25 @@ class RecordInfo:
     num_batch: int
 
 
-def _pass_id(record_info_path: str) -> int:
-    # "record_info-{split}-{task}-{pass}.bsz-…json": the pass is the last '-' field before the first '.'.
-    return int(os.path.basename(record_info_path).split(".")[0].split("-")[-1])
-
-
-def _resolve_record_file(record_dir: str, filename: str) -> str:
-    """The file a record_info entry names, looked up in `record_dir` (as the original does).
-
-    The info files name `….tfrecords`; a gzipped copy `….tfrecords.gz` is accepted too.
-    """
-    path = os.path.join(record_dir, os.path.basename(filename))
-    for candidate in (path, path + ".gz"):
-        if os.path.isfile(candidate):
-            return candidate
-    raise FileNotFoundError(f"record file {path} (or {path}.gz) listed in a record_info file is missing")
-
-
 def find_records(record_info_dir: str, config: InputConfig) -> RecordInfo:
     """Collects the record files of comma-separated record dirs, like the original's get_input_fn.
 
     Dirs are taken in the given order, record_info files sorted within a dir.
     """
-    pattern = format_filename(
-        prefix=f"record_info-{config.split}-*", bsz_per_host=config.bsz_per_host, seq_len=config.seq_len,
-        bi_data=config.bi_data, suffix="json", mask_alpha=config.mask_alpha, mask_beta=config.mask_beta,
-        reuse_len=config.reuse_len, uncased=config.uncased, fixed_num_predict=config.num_predict)
+    settings = save_dir.RecordSettings.of(config)
     filenames: list[str] = []
     num_batch = 0
     for record_dir in record_info_dir.split(","):
-        info_paths = sorted(glob.glob(os.path.join(record_dir, pattern)))
+        pattern = save_dir.record_info_glob(record_dir, config.split, settings)
+        info_paths = sorted(glob.glob(pattern))
         if not info_paths:
-            raise FileNotFoundError(f"no record_info file matches {os.path.join(record_dir, pattern)}")
+            raise FileNotFoundError(f"no record_info file matches {pattern}")
         for info_path in info_paths:
-            if config.num_passes is not None and _pass_id(info_path) >= config.num_passes:
+            if config.num_passes is not None and save_dir.parse_name(info_path).pass_id >= config.num_passes:
                 continue
-            with open(info_path) as fp:
-                info = json.load(fp)
+            info = save_dir.read_json(info_path)
             num_batch += int(info["num_batch"])
-            filenames += [_resolve_record_file(record_dir, name) for name in info["filenames"]]
+            filenames += save_dir.record_files(info_path, info)
     return RecordInfo(tuple(filenames), num_batch)
 
 
