@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from conftest import G1, ROOT, SHARED, g1_file
 
-from xlnet_data import dump
 from xlnet_data.common.records import FEATURES
 from xlnet_data.common.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, is_start_piece
+from xlnet_data.datagen import inspection
 
 SPM = SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"
 
@@ -69,44 +69,44 @@ def _synthetic(reuse=4, a=(20, 21, 22), b=(30, 31), after_a=23, after_b=32, labe
 def test_decode_example_structure_and_target_check():
     ex = _synthetic()
     assert len(ex["input"]) == 12
-    d = dump.decode_example(ex, reuse_len=4)
-    assert (d["len_a"], d["len_b"], d["label"]) == (3, 2, 0)
-    assert d["parts"] == {"memory": (0, 4), "a": (4, 7), "b": (8, 10)}
-    assert d["layout_ok"] and d["problems"] == []
-    check = d["target_check"]
+    d = inspection.decode_example(ex, reuse_len=4)
+    assert (d.len_a, d.len_b, d.label) == (3, 2, 0)
+    assert d.parts == {"memory": (0, 4), "a": (4, 7), "b": (8, 10)}
+    assert d.layout_ok and d.problems == []
+    check = d.target_check
     # positions 0..9 minus A's last (6) and B's last (9): 8 checked, all ok
-    assert (check["checked"], check["ok"], check["num_violations"]) == (8, 8, 0)
-    assert check["cls_ok"] and (check["a_next"], check["b_next"]) == (23, 32)
+    assert (check.checked, check.ok, check.num_violations) == (8, 8, 0)
+    assert check.cls_ok and (check.a_next, check.b_next) == (23, 32)
 
     bad = _synthetic()
     bad["target"][2] = 99                       # inside the memory
     bad["target"][7] = 99                       # A's <sep>: its target must be B's first piece
-    d = dump.decode_example(bad, reuse_len=4)
-    assert d["target_check"]["num_violations"] == 2
-    assert [v[:2] for v in d["target_check"]["violations"]] == [(2, 99), (7, 99)]
+    d = inspection.decode_example(bad, reuse_len=4)
+    assert d.target_check.num_violations == 2
+    assert [v[:2] for v in d.target_check.violations] == [(2, 99), (7, 99)]
 
     broken = _synthetic()
     broken["seg_id"][5] = 1
-    d = dump.decode_example(broken, reuse_len=4)
-    assert not d["layout_ok"] and "seg_id" in d["problems"][0]
+    d = inspection.decode_example(broken, reuse_len=4)
+    assert not d.layout_ok and "seg_id" in d.problems[0]
     broken = _synthetic()
     broken["input"][-1] = 17
-    assert "<cls>" in dump.decode_example(broken, reuse_len=4)["problems"][0]
+    assert "<cls>" in inspection.decode_example(broken, reuse_len=4).problems[0]
 
 
 def test_backward_rows_and_runs():
     # bsz 8, 2 cores: each core's 2 forward rows are followed by their reversed copies
-    assert [dump.is_backward_row(i, 8, 2, True) for i in range(16)] == [False, False, True, True] * 4
-    assert [dump.is_backward_row(i, 8, 1, True) for i in range(8)] == [False] * 4 + [True] * 4
-    assert not any(dump.is_backward_row(i, 8, 1, False) for i in range(8))
-    assert dump.masked_runs([1, 1, 0, 1, 0, 0, 1]) == [(0, 2), (3, 4), (6, 7)]
-    assert dump.masked_runs([0, 0]) == []
+    assert [inspection.is_backward_row(i, 8, 2, True) for i in range(16)] == [False, False, True, True] * 4
+    assert [inspection.is_backward_row(i, 8, 1, True) for i in range(8)] == [False] * 4 + [True] * 4
+    assert not any(inspection.is_backward_row(i, 8, 1, False) for i in range(8))
+    assert inspection.masked_runs([1, 1, 0, 1, 0, 0, 1]) == [(0, 2), (3, 4), (6, 7)]
+    assert inspection.masked_runs([0, 0]) == []
 
 
 def test_render_pieces_marks_masked():
     pieces = ["▁Alice", "▁was", "▁beg", "inning", "<eop>"]
-    assert dump.render_pieces(pieces, [0, 0, 1, 1, 0]) == "Alice was [▁beg][inning]<eop>"
-    coloured = dump.render_pieces(pieces, [1, 0, 0, 0, 0], color=True)
+    assert inspection.render_pieces(pieces, [0, 0, 1, 1, 0]) == "Alice was [▁beg][inning]<eop>"
+    coloured = inspection.render_pieces(pieces, [1, 0, 0, 0, 0], color=True)
     assert "\x1b[" in coloured and "[▁Alice]" in coloured
 
 
@@ -120,27 +120,27 @@ def test_compute_stats_words_and_cuts():
     # memory: span [1,2) = one continuation piece (cuts a word, 1 word);
     # second half: span [4,6) = "100 101" (one whole word); span [8,9) = "100" then 101 follows (cuts)
     ex["is_masked"] = [0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0]
-    d = dump.decode_example(ex, reuse_len=4)
-    s = dump.compute_stats([d], start_table=table, bsz_per_host=1)
+    d = inspection.decode_example(ex, reuse_len=4)
+    s = inspection.compute_stats([d], start_table=table, bsz_per_host=1)
     assert s["count"] == 1 and s["batches"] == 1
     assert s["span_pieces"] == {1: 2, 2: 1}
     assert s["span_words"] == {1: 3}
     assert s["spans_cutting_words"] == 2
     assert s["masked"] == {"min": 4, "mean": 4.0, "max": 4}
     # the same example as a backward row: spans are taken in reading order (flipped)
-    d = dump.decode_example(ex, reuse_len=4, reverse=True)
-    s = dump.compute_stats([d], start_table=table)
+    d = inspection.decode_example(ex, reuse_len=4, reverse=True)
+    s = inspection.compute_stats([d], start_table=table)
     # memory flipped = 100 100 [101] 100: the span is a continuation piece -> still cuts;
     # second half flipped = cls sep 101 [100] sep 100 [101 100]: "[100]" then sep: no cut;
     # "[101 100]" begins inside a word: cut, 2 words
     assert s["span_words"] == {1: 2, 2: 1}
     assert s["spans_cutting_words"] == 2
-    assert "span length" in dump.format_stats(s)
+    assert "span length" in inspection.format_stats(s)
 
 
 def test_settings_from_file_name_and_corpus_info(tmp_path):
     name = "train-1-1.bsz-4.seqlen-64.reuse-32.uncased.uni.alpha-6.beta-1.fnp-10.tfrecords.gz"
-    assert dump.parse_record_filename(name) == {
+    assert inspection.parse_record_filename(name) == {
         "bsz_per_host": 4, "seq_len": 64, "reuse_len": 32, "bi_data": False, "mask_alpha": 6,
         "mask_beta": 1, "uncased": True, "num_predict": 10}
     save = tmp_path / "run" / "out"
@@ -153,25 +153,25 @@ def test_settings_from_file_name_and_corpus_info(tmp_path):
     (tmp_path / "run" / "models").mkdir()
     (tmp_path / "run" / "models" / "sp.model").write_bytes(b"x")
     for arg in (save, save / "tfrecords", rec, str(save / "tfrecords" / "*.tfrecords*")):
-        files, candidates = dump.resolve_inputs([str(arg)])
+        files, candidates = inspection.resolve_inputs([str(arg)])
         assert files == [str(rec)]
-        settings, sources, info, info_path, warnings = dump.resolve_settings(files, candidates, {"seq_len": None})
+        settings, sources, info, info_path, warnings = inspection.resolve_settings(files, candidates, {"seq_len": None})
         assert info_path == str(save / "corpus_info.json")
         assert settings["bi_data"] is True and sources["bi_data"] == "corpus_info.json"
         assert any("disagrees" in w for w in warnings)           # the name says uni
-    settings, sources, *_ = dump.resolve_settings(files, candidates, {"bi_data": False})
+    settings, sources, *_ = inspection.resolve_settings(files, candidates, {"bi_data": False})
     assert settings["bi_data"] is False and sources["bi_data"] == "flag"
     # sp_path is relative to where the original ran: the save_dir's parent here
-    assert dump.resolve_sp_path("models/sp.model", str(save / "corpus_info.json"), cwd="/") == \
+    assert inspection.resolve_sp_path("models/sp.model", str(save / "corpus_info.json"), cwd="/") == \
         str(tmp_path / "run" / "models" / "sp.model")
-    with pytest.raises(dump.DumpError, match="no such file"):
-        dump.resolve_inputs([str(tmp_path / "nope")])
+    with pytest.raises(inspection.InspectionError, match="no such file"):
+        inspection.resolve_inputs([str(tmp_path / "nope")])
 
 
 @needs_shared
 def test_sp_path_of_golden_resolves():
     info = json.loads((G1 / "expected" / "corpus_info.json").read_text())
-    found = dump.resolve_sp_path(info["sp_path"], str(G1 / "expected" / "corpus_info.json"),
+    found = inspection.resolve_sp_path(info["sp_path"], str(G1 / "expected" / "corpus_info.json"),
                                  info["input_glob"], cwd="/")
     assert Path(found).resolve() == SPM.resolve()
 
@@ -278,7 +278,7 @@ def test_backward_rows_read_in_the_samplers_order(g1, sp):
                 ids, m = r["input"][lo:hi], r["is_masked"][lo:hi]
                 if backward == flip:
                     ids, m = ids[::-1], m[::-1]
-                for b, e in dump.masked_runs(m):
+                for b, e in inspection.masked_runs(m):
                     if e - b > 1:
                         total += 1
                         good += start[ids[b]]

@@ -147,7 +147,7 @@ def write_json(path: str, data: dict) -> None:
 
 def record_files(record_info_path: str, info: dict) -> list[str]:
     """The records files a record_info names, looked up beside it (as the original does); a gzipped
-    copy (`….tfrecords.gz`) is accepted too."""
+    copy (`….tfrecords.gz`) is accepted too; FileNotFoundError names a missing one."""
     folder = os.path.dirname(record_info_path)
     found = []
     for name in info.get("filenames", []):
@@ -157,5 +157,5 @@ def record_files(record_info_path: str, info: dict) -> list[str]:
                 found.append(candidate)
                 break
         else:
-            raise SaveDirError(f"{path} (or {path}.gz), listed in {record_info_path}, is missing")
+            raise FileNotFoundError(f"{path} (or {path}.gz), listed in {record_info_path}, is missing")
     return found
