@@ -83,8 +83,8 @@ def g1(tf):
 @pytest.fixture(scope="session")
 def sample_spm(tmp_path_factory):
     """A small SentencePiece model with XLNet's special ids, trained on sample_corpus/ (no ../shared needed)."""
-    from xlnet_data import spm_train
+    from xlnet_data.datagen import tokenizer
     prefix = str(tmp_path_factory.mktemp("spm") / "sample.v1000")
-    config = spm_train.SpmTrainConfig(input_files=tuple(sorted(map(str, SAMPLE_CORPUS.glob("*.txt")))),
+    config = tokenizer.SpmTrainConfig(input_files=tuple(sorted(map(str, SAMPLE_CORPUS.glob("*.txt")))),
                                       model_prefix=prefix, vocab_size=1000, num_threads=2)
-    return spm_train.train_sentencepiece(config)
+    return tokenizer.train_sentencepiece(config)

@@ -8,8 +8,8 @@ import sys
 import pytest
 import sentencepiece as spm
 
-from xlnet_data import spm_train
 from xlnet_data.common import vocab
+from xlnet_data.datagen import tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(REPO, "sample_corpus")
@@ -25,9 +25,9 @@ def _cli(*args):
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory):
     prefix = str(tmp_path_factory.mktemp("spm") / "sample.v1000")
-    config = spm_train.SpmTrainConfig(input_files=CORPUS_FILES, model_prefix=prefix, vocab_size=1000,
+    config = tokenizer.SpmTrainConfig(input_files=CORPUS_FILES, model_prefix=prefix, vocab_size=1000,
                                       num_threads=2)
-    return spm_train.train_sentencepiece(config)
+    return tokenizer.train_sentencepiece(config)
 
 
 def test_sample_corpus_is_in_xlnet_input_format():
@@ -81,25 +81,25 @@ def test_model_with_wrong_special_ids_is_reported(tmp_path):
     assert any(w.startswith("<cls>=") for w in wrong)
     assert any(w.startswith("<eop>=") for w in wrong)
     assert not any(w.startswith("<unk>=") for w in wrong)
-    with pytest.raises(spm_train.SpmTrainError, match="special ids"):
-        spm_train.verify_model(prefix + ".model")
+    with pytest.raises(tokenizer.SpmTrainError, match="special ids"):
+        tokenizer.verify_model(prefix + ".model")
     with pytest.raises(vocab.VocabError, match="special ids"):
         vocab.load_sentencepiece(prefix + ".model")
 
 
 def test_too_large_vocab_names_the_largest_that_works(tmp_path):
-    config = spm_train.SpmTrainConfig(input_files=CORPUS_FILES[:1], model_prefix=str(tmp_path / "big"),
+    config = tokenizer.SpmTrainConfig(input_files=CORPUS_FILES[:1], model_prefix=str(tmp_path / "big"),
                                       vocab_size=32000, num_threads=2)
-    with pytest.raises(spm_train.SpmTrainError) as info:
-        spm_train.train_sentencepiece(config)
+    with pytest.raises(tokenizer.SpmTrainError) as info:
+        tokenizer.train_sentencepiece(config)
     message = str(info.value)
     assert "\n" not in message
     assert "too large for this corpus" in message and "--vocab_size=" in message
     largest = int(message.split("--vocab_size=")[1].split()[0])
     assert 17 < largest < 32000
     # --nohard_vocab_limit turns the size into a bound and trains what the corpus allows.
-    soft = spm_train.train_sentencepiece(
-        spm_train.SpmTrainConfig(input_files=CORPUS_FILES[:1], model_prefix=str(tmp_path / "soft"),
+    soft = tokenizer.train_sentencepiece(
+        tokenizer.SpmTrainConfig(input_files=CORPUS_FILES[:1], model_prefix=str(tmp_path / "soft"),
                                  vocab_size=32000, hard_vocab_limit=False, num_threads=2))
     assert spm.SentencePieceProcessor(model_file=soft).get_piece_size() == largest
 
@@ -114,8 +114,8 @@ def test_too_large_vocab_names_the_largest_that_works(tmp_path):
 def test_bad_config_is_rejected_before_training(tmp_path, change, match):
     fields = dict(input_files=CORPUS_FILES[:1], model_prefix=str(tmp_path / "m"), vocab_size=500)
     fields.update(change)
-    with pytest.raises(spm_train.SpmTrainError, match=match):
-        spm_train.train_sentencepiece(spm_train.SpmTrainConfig(**fields))
+    with pytest.raises(tokenizer.SpmTrainError, match=match):
+        tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(**fields))
     assert not os.path.exists(tmp_path / "m.model")
 
 
@@ -123,13 +123,13 @@ def test_expand_inputs(tmp_path):
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text("one\n")
     b.write_text("two\n")
-    assert spm_train.expand_inputs(f"{b},{tmp_path}/*.txt") == (str(b), str(a))
-    with pytest.raises(spm_train.SpmTrainError, match="no file matches"):
-        spm_train.expand_inputs(f"{tmp_path}/*.md")
-    with pytest.raises(spm_train.SpmTrainError, match="is a directory"):
-        spm_train.expand_inputs(str(tmp_path))
-    with pytest.raises(spm_train.SpmTrainError, match="required"):
-        spm_train.expand_inputs(" , ")
+    assert tokenizer.expand_inputs(f"{b},{tmp_path}/*.txt") == (str(b), str(a))
+    with pytest.raises(tokenizer.SpmTrainError, match="no file matches"):
+        tokenizer.expand_inputs(f"{tmp_path}/*.md")
+    with pytest.raises(tokenizer.SpmTrainError, match="is a directory"):
+        tokenizer.expand_inputs(str(tmp_path))
+    with pytest.raises(tokenizer.SpmTrainError, match="required"):
+        tokenizer.expand_inputs(" , ")
 
 
 def test_cli_no_matching_input_fails_with_one_line(tmp_path):
