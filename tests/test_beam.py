@@ -34,12 +34,10 @@ def g2_config(save_dir, input_glob=str(CASE / "input" / "*.txt")):
 
 
 def run_in_process(config):
-    """make_plan, prepare_save_dir and run_beam, as `create --runner=beam`; returns (units planned, results)."""
-    from xlnet_data.datagen import beam_runner
-    from xlnet_data.datagen.plan import make_plan, prepare_save_dir
-    plan = make_plan(config)
-    prepare_save_dir(config, plan)
-    return [unit for unit, _ in plan.units], beam_runner.run_beam(config, plan, [f"--runner={IN_PROCESS_RUNNER}"])
+    """create_records on Beam, as `create --runner=beam`; returns (units planned, their results)."""
+    from xlnet_data import create_records
+    results = create_records(config, beam_args=[f"--runner={IN_PROCESS_RUNNER}"]).units
+    return [r.unit for r in results], list(results)
 
 
 def create(save_dir, *extra):

@@ -4,7 +4,6 @@ Every flag of the original keeps its name, type and default; see README.md for a
 """
 
 import dataclasses
-import functools
 import logging
 import sys
 import time
@@ -16,8 +15,8 @@ from xlnet_data.common.vocab import VocabError
 from xlnet_data.datagen import beam_runner
 from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, ConfigError, CreateConfig
 from xlnet_data.datagen.corpus import InputError
-from xlnet_data.datagen.local_runner import run_local
-from xlnet_data.datagen.plan import CreateError, make_plan, prepare_save_dir
+from xlnet_data.datagen.job import create_records
+from xlnet_data.datagen.plan import CreateError
 
 log = logging.getLogger("xlnet_data")
 FLAGS = flags.FLAGS
@@ -58,42 +57,26 @@ def define_flags():
                         "(e.g. \"--project=p --region=r --temp_location=gs://b/tmp --setup_file=./setup.py\").")
 
 
-def _runner():
-    """run(config, plan) of the chosen runner; Beam and its flags are checked before anything is written."""
-    if FLAGS.runner == "local":
-        return functools.partial(run_local, num_workers=FLAGS.num_workers)
-    beam_args = beam_runner.pipeline_args(FLAGS.beam_runner, FLAGS.beam_options)
-    return functools.partial(beam_runner.run_beam, beam_args=beam_args)
-
-
 def main(argv):
     del argv
     logging.getLogger().setLevel(logging.INFO)
     start = time.time()
     try:
         config = cli.config_from_flags(CreateConfig).validate()
-        run_units = _runner()
-        plan = make_plan(config, FLAGS.overwrite)
-        prepare_save_dir(config, plan)
-        results = run_units(config, plan)
+        beam_args = None
+        if FLAGS.runner == "beam":  # Beam and its options are checked before anything is written
+            beam_args = beam_runner.pipeline_args(FLAGS.beam_runner, FLAGS.beam_options)
+        summary = create_records(config, overwrite=FLAGS.overwrite, num_workers=FLAGS.num_workers,
+                                 beam_args=beam_args)
     except (ConfigError, CreateError, InputError, VocabError) as err:
         return cli.fail("create", err)
     except OSError as err:
         return cli.fail("create", f"{err.filename or ''}: {err.strerror or err}")
-    _print_summary(results, time.time() - start)
-    return 0
-
-
-def _print_summary(results, seconds):
-    for r in results:
+    for r in summary.units:
         if r.skipped:
             log.warning("task %d pass %d: %s", r.unit.task, r.unit.pass_id, r.skipped)
-    written = [r for r in results if not r.skipped]
-    tokens = sum(r.tokens for r in written)
-    print(f"done: {len(written)} unit(s), {tokens} tokens, {sum(r.records for r in written)} records "
-          f"in {sum(r.num_batch for r in written)} batches, {sum(r.dropped_tokens for r in written)} tail tokens "
-          f"dropped, {sum(r.invalid_utf8_lines for r in results)} invalid UTF-8 lines replaced, "
-          f"{sum(r.skipped_files for r in results)} files without tokens skipped, {seconds:.1f} s", file=sys.stderr)
+    print(summary.line(time.time() - start), file=sys.stderr)
+    return 0
 
 
 def run():

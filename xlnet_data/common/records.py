@@ -144,6 +144,9 @@ class _GzipStream:
 
     On a truncated or corrupt stream, read() returns every byte before the bad spot and then
     nothing, and `problem` says what went wrong, so that the error can name the exact record.
+    Not gzip.GzipFile: a GzipFile.read that meets the bad spot raises and drops everything it had
+    decompressed in that call, so with the large reads below the records before the damage would be
+    lost and the error would name the wrong one (tests/test_records.py tries both cases).
     """
 
     _CHUNK = 1 << 15

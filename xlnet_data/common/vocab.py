@@ -24,7 +24,9 @@ EOD_ID = SPECIAL_SYMBOLS["<eod>"]
 EOP_ID = SPECIAL_SYMBOLS["<eop>"]
 
 SPIECE_UNDERLINE = "\u2581"
-# A piece of one of these characters starts a word (the original's `_is_start_piece`).
+# A piece of one of these characters starts a word (the original's `_is_start_piece`). The set is the
+# original's string.punctuation with its slip kept on purpose: `"` twice and no apostrophe, so a piece
+# "'" does not start a word, exactly as in the original's records.
 _PUNCTUATION_PIECES = frozenset('!"#$%&"()*+,-./:;?@[\\]^_`{|}~')
 
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from xlnet_data.common import save_dir
+from xlnet_data.common import records, save_dir
 from xlnet_data.common.records import FEATURES
 from xlnet_data.common.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, SPIECE_UNDERLINE
 
@@ -518,6 +518,15 @@ def resolve_inputs(paths):
         unique.setdefault(os.path.abspath(path), path)
     candidates = dict.fromkeys(save_dir.corpus_info_path(folder) for folder in info_dirs)
     return list(unique.values()), list(candidates)
+
+
+def read_examples(*paths, verify_crc=True):
+    """Every example of the records at `paths` (save_dirs, tfrecords/ folders, files or globs), in order,
+    as {feature name: int64 array}; a damaged file raises RecordError naming the file and record."""
+    files, _ = resolve_inputs(list(paths))
+    for path in files:
+        for _, features in records.read_examples(path, verify_crc=verify_crc):
+            yield features
 
 
 def record_info_batches(files):

@@ -1,0 +1,85 @@
+"""The package's shape: commands import together, the record-making library never loads TensorFlow,
+the Python API works in one call, and the README's code map lists exactly the modules there are."""
+
+import ast
+import re
+import subprocess
+import sys
+
+from conftest import ROOT, SAMPLE_CORPUS
+
+PACKAGE = ROOT / "xlnet_data"
+
+
+def run_python(code):
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_every_command_imports_in_one_process():
+    result = run_python("import xlnet_data.create, xlnet_data.train_gpu, xlnet_data.dump, xlnet_data.spm_train; "
+                        "from absl import flags; print(len(list(flags.FLAGS)))")
+    assert result.returncode == 0, result.stderr
+
+
+def _imported_modules(path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+
+
+def test_the_record_making_library_never_imports_tensorflow():
+    for path in sorted((PACKAGE / "datagen").rglob("*.py")):
+        tf_imports = [name for name in _imported_modules(path) if name.split(".")[0] in ("tensorflow", "keras")]
+        pretrain = [name for name in _imported_modules(path) if name.startswith("xlnet_data.pretrain")]
+        assert not tf_imports and not pretrain, (path, tf_imports, pretrain)
+    # And at run time: importing every datagen and common module loads neither TensorFlow nor pretrain/.
+    modules = [".".join(p.relative_to(ROOT).with_suffix("").parts)
+               for sub in ("datagen", "common") for p in sorted((PACKAGE / sub).glob("*.py"))]
+    result = run_python(f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
+                        "print(sorted(m for m in sys.modules if m.startswith(('tensorflow', 'xlnet_data.pretrain'))))")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_import_xlnet_data_is_cheap_and_the_api_resolves_lazily():
+    result = run_python("import sys, xlnet_data\n"
+                        "heavy = [m for m in ('tensorflow', 'numba', 'sentencepiece') if m in sys.modules]\n"
+                        "print(heavy, xlnet_data.create_records.__module__, xlnet_data.TrainConfig.__module__)")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]", "xlnet_data.datagen.job", "xlnet_data.pretrain.training"]
+
+
+def test_create_records_in_one_call_and_read_them_back(tmp_path, sample_spm):
+    import xlnet_data as xd
+
+    config = xd.CreateConfig(input_glob=str(SAMPLE_CORPUS / "*.txt"), sp_path=sample_spm,
+                             save_dir=str(tmp_path / "out"), seq_len=64, reuse_len=32, bsz_per_host=4,
+                             num_core_per_host=1, use_tpu=False, num_predict=10, num_passes=2).validate()
+    summary = xd.create_records(config, num_workers=1)
+    assert [(r.unit.task, r.unit.pass_id) for r in summary.units] == [(0, 0), (0, 1)]
+    examples = list(xd.read_examples(str(tmp_path / "out")))
+    assert len(examples) == summary.total("records") == 4 * summary.total("num_batch") > 0
+    assert all(ex["input"].shape == (64,) and int(ex["is_masked"].sum()) == 10 for ex in examples)
+    decoded = xd.decode_example(examples[0], reuse_len=32)
+    assert decoded.layout_ok and decoded.target_check.num_violations == 0
+    assert summary.line(1.0).startswith(f"done: 2 unit(s), {summary.total('tokens')} tokens")
+
+
+def test_readme_code_map_matches_the_tree():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Code map", 1)[1].split("\n## ", 1)[0]
+    listed = set()
+    folder = ""
+    for line in block.splitlines():
+        match = re.match(r"^ {6}(\w+)/\s", line)
+        if match:
+            folder = match.group(1) + "/"
+            continue
+        for name in re.findall(r"\b([a-z_]+\.py)\b", line):
+            indent = len(line) - len(line.lstrip())
+            listed.add((folder if indent > 6 else "") + name)
+    actual = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
+    assert listed == actual, (sorted(actual - listed), sorted(listed - actual))
