@@ -1,0 +1,50 @@
+"""A document (its paragraphs) → its block of create's input format.
+
+Whitespace inside a paragraph (newlines within it, tabs, runs of spaces, Unicode spaces) becomes one
+space; each paragraph is split into sentences by sentencex (Wikimedia's rule-based segmenter: about
+300 languages, with their abbreviations and sentence marks — 。！？ । ॥ ؟ ։ ...; chosen by measurement,
+see BENCHMARKS.md "prepare"); one sentence per line; `<eop>` glued to the last sentence of every
+paragraph but the document's last (whose end the blank line after the document marks), as the
+original README's example; a blank line ends the document.
+"""
+
+import dataclasses
+
+import sentencex
+
+EOP = "<eop>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """A document in the input format, and what it holds."""
+    text: str  # sentences one per line, ending with the blank line that ends the document
+    paragraphs: int
+    sentences: int
+    characters: int  # of the sentences, without <eop> and line ends
+
+
+def split_sentences(paragraph, language):
+    """The sentences of one paragraph, whitespace normalised; [] for a blank paragraph."""
+    text = " ".join(paragraph.split())
+    if not text:
+        return []
+    return [s for s in (part.strip() for part in sentencex.segment(language, text)) if s]
+
+
+def format_document(paragraphs, language):
+    """The Block of a document given as its paragraphs (strings), or None when it has no text."""
+    lines = []
+    num_paragraphs = characters = 0
+    for paragraph in paragraphs:
+        sentences = split_sentences(paragraph, language)
+        if not sentences:
+            continue
+        if lines:
+            lines[-1] += EOP  # the previous paragraph ends here
+        lines.extend(sentences)
+        num_paragraphs += 1
+        characters += sum(map(len, sentences))
+    if not lines:
+        return None
+    return Block("\n".join(lines) + "\n\n", num_paragraphs, len(lines), characters)
