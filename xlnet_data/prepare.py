@@ -56,9 +56,10 @@ def main(argv):
         return cli.fail("prepare", err)
     except OSError as err:
         return cli.fail("prepare", f"{err.filename or ''}: {err.strerror or err}")
+    shards = len(summary.shards)
     empty_shards = f" ({summary.empty_shards} of them empty)" if summary.empty_shards else ""
     print(f"done: {summary.documents} documents, {summary.paragraphs} paragraphs, {summary.sentences} sentences, "
-          f"{summary.characters} characters from {summary.files} file(s) into {len(summary.shards)} shard(s)"
+          f"{summary.characters} characters from {summary.files} file(s) into {shards} shard(s)"
           f"{empty_shards} in {config.output_dir} ({summary.bytes_written / 1e6:.1f} MB); dropped "
           f"{summary.empty_dropped} empty and {summary.duplicates_dropped} duplicate documents; "
           f"{time.time() - start:.1f} s", file=sys.stderr)

@@ -10,7 +10,12 @@ original README's example; a blank line ends the document.
 
 import dataclasses
 
-import sentencex
+try:
+    import sentencex
+except ImportError:  # an extra: prepare stops with one line saying how to install it (require_splitter)
+    sentencex = None
+
+from xlnet_data.datagen.prepare.config import PrepareError
 
 EOP = "<eop>"
 
@@ -22,6 +27,11 @@ class Block:
     paragraphs: int
     sentences: int
     characters: int  # of the sentences, without <eop> and line ends
+
+
+def require_splitter():
+    if sentencex is None:
+        raise PrepareError("prepare needs the sentence splitter sentencex: pip install 'xlnet-data[prepare]'")
 
 
 def split_sentences(paragraph, language):

@@ -8,11 +8,13 @@ of similar size (cut at document ends). So the shards are the same for any --num
 input stops the run before any shard is written.
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import multiprocessing
 import os
 import shutil
+import sys
 import tempfile
 import time
 
@@ -22,7 +24,7 @@ from xlnet_data.common import fileio
 from xlnet_data.common.progress import Progress, _count, _duration
 from xlnet_data.datagen.prepare import readers
 from xlnet_data.datagen.prepare.config import PrepareError
-from xlnet_data.datagen.prepare.sentences import format_document
+from xlnet_data.datagen.prepare.sentences import format_document, require_splitter
 
 SHARD_NAME = "shard-{index:05d}-of-{count:05d}.txt"
 SHARD_GLOB = "shard-*-of-*.txt"
@@ -124,13 +126,16 @@ def _input_files(config):
 
 
 def _check_output_dir(config):
-    """Refuses to mix with shards of an earlier run unless --overwrite; returns those shards."""
-    fileio.makedirs(config.output_dir)
+    """Refuses to mix with shards of an earlier run unless --overwrite; returns (those shards, whether
+    the directory is new: a failed run removes it again)."""
+    if not fileio.exists(config.output_dir):
+        fileio.makedirs(config.output_dir)
+        return [], True
     earlier = fileio.glob(os.path.join(config.output_dir, SHARD_GLOB))
     if earlier and not config.overwrite:
         raise PrepareError(f"{config.output_dir} already holds {len(earlier)} shard file(s) "
                            f"({os.path.basename(earlier[0])}, ...); pass --overwrite to replace them")
-    return earlier
+    return earlier, False
 
 
 def _run_workers(config, jobs, total_bytes, stream):
@@ -170,8 +175,9 @@ def _write_shards(results, keep, paths):
     starts = ends - np.concatenate([np.diff(r.index["end"], prepend=0) for r in results])
     sizes = np.where(keep, ends - starts, 0)
     total = int(sizes.sum())
-    # A document goes to the shard its first byte falls in, the kept bytes cut into len(paths) equal ranges.
-    shard_of = (np.cumsum(sizes) - sizes) * len(paths) // max(total, 1)
+    # The kept bytes are cut into len(paths) equal ranges; a document goes to the range its middle byte falls in,
+    # so a shard is off its share by less than a document at each end.
+    shard_of = (2 * np.cumsum(sizes) - sizes) * len(paths) // max(2 * total, 1)
     ranges = [[] for _ in paths]  # per shard: (part, start, end), runs of consecutive kept documents
     first = 0
     for result in results:
@@ -208,11 +214,10 @@ def prepare(config, stream=None):
 
     `stream` gets the progress line (default: stderr).
     """
-    import sys
-
     config.validate()
+    require_splitter()
     files = _input_files(config)
-    earlier = _check_output_dir(config)
+    earlier, new_dir = _check_output_dir(config)
     sizes = [fileio.size(path) for path in files]
     paths = shard_paths(config.output_dir, config.num_shards)
     work_dir = tempfile.mkdtemp(prefix=f"{fileio.TMP_MARK}prepare-",
@@ -224,8 +229,13 @@ def prepare(config, stream=None):
         index = np.concatenate([r.index for r in results])
         keep = _kept(index, config.dedup)
         written, empty_shards = _write_shards(results, keep, paths)
-    finally:
+    except BaseException:
         shutil.rmtree(work_dir, ignore_errors=True)
+        if new_dir and not fileio.is_remote(config.output_dir):
+            with contextlib.suppress(OSError):
+                os.rmdir(config.output_dir)  # only if empty: shards already written stay
+        raise
+    shutil.rmtree(work_dir, ignore_errors=True)
     for path in earlier:
         if path not in paths:
             fileio.remove(path)
