@@ -2,8 +2,9 @@
 
     python benchmarks/bench_prepare.py [--size_mb=10] [--repeat=5] [--parts=splitters,throughput]
 
-splitters: every candidate that is importable (sentencex, which prepare uses; blingfire, pysbd, syntok,
-sentence-splitter; a one-line regex as the floor) splits the hand-checked cases of
+splitters: prepare's own splitting (sentencex, plus the inside of quotations split on its own), and every
+candidate that is importable (sentencex alone; blingfire, pysbd, syntok, sentence-splitter; a one-line
+regex as the floor) splits the hand-checked cases of
 tests/data/sentences.jsonl: the share of cases it gets exactly right, per language; and its speed in
 MB/s on one core (the process pinned to CPU 0) over the paragraphs of ../shared/data/corpus_en
 (median of --repeat runs; pysbd, which is slow, on the first 300 paragraphs).
@@ -48,8 +49,12 @@ def book_paragraphs(source):
 def candidates():
     """{name: split(language, text) -> sentences} of the splitters that are installed."""
     found = {}
+    sys.path.insert(0, str(ROOT))  # this checkout's xlnet_data, not an installed one
     try:
         import sentencex
+
+        from xlnet_data.datagen.prepare.sentences import split_sentences
+        found["prepare (sentencex + quotations)"] = lambda language, text: split_sentences(text, language)
         found["sentencex"] = lambda language, text: list(sentencex.segment(language, text))
     except ImportError:
         pass

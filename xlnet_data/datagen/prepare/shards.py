@@ -1,7 +1,7 @@
 """The prepare run: the files in parallel into temporary parts, exact duplicates dropped, the parts cut into shards.
 
 Each worker turns whole files into parts (the input format, one part per file, written as it reads:
-memory holds one document and, per document, 36 bytes of index: hash, end offset and counts). When
+memory holds one document and, per document, 40 bytes of index: hash, end offset and counts). When
 every file is done, the main process drops empty documents (never written) and exact duplicates (the
 first in file order is kept), and copies the kept documents, in file order, into `num_shards` shards
 of similar size (cut at document ends). So the shards are the same for any --num_workers, and bad
