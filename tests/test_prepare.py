@@ -157,7 +157,9 @@ def write_jsonl(path, docs):
     path.write_text("".join(json.dumps({"text": raw_text(doc)}) + "\n" for doc in docs), encoding="utf-8")
 
 
-def test_shards_are_of_similar_size_and_independent_of_workers(tmp_path):
+def test_shards_are_of_similar_size_and_independent_of_workers(tmp_path, monkeypatch):
+    from xlnet_data.datagen.prepare import shards
+    monkeypatch.setattr(shards, "INDEX_CHUNK_ROWS", 7)  # the index in several chunks (workers are forked)
     docs = generated_documents(80)
     for i in range(4):
         write_jsonl(tmp_path / "in" / f"part{i}.jsonl", docs[i * 20:(i + 1) * 20])
@@ -198,6 +200,24 @@ def test_earlier_shards_are_kept_unless_overwrite(tmp_path):
     prepare(PrepareConfig(pattern, str(tmp_path / "out"), num_shards=2, overwrite=True))
     assert sorted(os.listdir(tmp_path / "out")) == ["shard-00000-of-00002.txt", "shard-00001-of-00002.txt"]
     assert shards_text(tmp_path / "out") == expected_text(generated_documents(10))
+
+
+def test_progress_line_counts_files_and_input_bytes(tmp_path):
+    import io
+
+    from xlnet_data.datagen.prepare.shards import _PrepareProgress, _run_workers
+    docs = generated_documents(300)
+    for i in range(3):
+        write_jsonl(tmp_path / "in" / f"part{i}.jsonl", docs[i * 100:(i + 1) * 100])
+    files = sorted((tmp_path / "in").glob("*.jsonl"))
+    sizes = [p.stat().st_size for p in files]
+    config = PrepareConfig(str(tmp_path / "in" / "*"), str(tmp_path / "out"), num_workers=2)
+    jobs = [(str(p), size, str(tmp_path / f"part{i}"), config) for i, (p, size) in enumerate(zip(files, sizes))]
+    stream = io.StringIO()  # not a terminal: a log line every log_every seconds; 0: at every update
+    results = _run_workers(config, jobs, _PrepareProgress(sum(sizes), stream=stream, log_every=0.0))
+    assert [len(r.index) for r in results] == [100, 100, 100]
+    last = stream.getvalue().strip().splitlines()[-1]
+    assert last.startswith("files 3/3 | input ") and "| 100% |" in last, last
 
 
 def test_more_shards_than_documents_leaves_empty_shards_and_says_so(tmp_path):

@@ -31,8 +31,8 @@ SHARD_GLOB = "shard-*-of-*.txt"
 # One entry per written document: its 128-bit hash, where it ends in its part, and what it holds.
 INDEX_DTYPE = np.dtype([("hash_hi", "<u8"), ("hash_lo", "<u8"), ("end", "<i8"), ("paragraphs", "<u4"),
                         ("sentences", "<u4"), ("characters", "<u8")])
+INDEX_CHUNK_ROWS = 1 << 16
 COPY_CHUNK = 16 << 20
-PROGRESS_EVERY_BYTES = 1 << 20
 
 
 @dataclasses.dataclass
@@ -95,7 +95,7 @@ def _document_hash(text):
 def _prepare_file(job):
     """Worker: one input file → its part file and index (see FileResult)."""
     path, size, part, config = job
-    rows, documents, empty, end, reported = [], 0, 0, 0, 0
+    chunks, rows, documents, empty, end, reported = [], [], 0, 0, 0, 0
     with fileio.open_read(path) as raw, open(part, "wb") as out:
         for paragraphs in readers.documents(path, raw, config):
             documents += 1
@@ -107,12 +107,16 @@ def _prepare_file(job):
             out.write(data)
             end += len(data)
             rows.append((*_document_hash(data), end, block.paragraphs, block.sentences, block.characters))
+            if len(rows) == INDEX_CHUNK_ROWS:  # as numpy rows: 40 bytes a document instead of a tuple's ~200
+                chunks.append(np.array(rows, dtype=INDEX_DTYPE))
+                rows = []
             if documents % 256 == 0:
                 position = min(raw.tell(), size)
                 _add_bytes_read(position - reported)
                 reported = position
     _add_bytes_read(size - reported)
-    return FileResult(path, part, np.array(rows, dtype=INDEX_DTYPE), documents, empty)
+    chunks.append(np.array(rows, dtype=INDEX_DTYPE))
+    return FileResult(path, part, np.concatenate(chunks), documents, empty)
 
 
 def _input_files(config):
@@ -138,10 +142,9 @@ def _check_output_dir(config):
     return earlier, False
 
 
-def _run_workers(config, jobs, total_bytes, stream):
-    """The FileResults of every job, in job order, made by `num_workers` processes, with a progress line."""
+def _run_workers(config, jobs, progress):
+    """The FileResults of every job, in job order, made by `num_workers` processes; `progress` shows them."""
     counter = multiprocessing.Value("q", 0)
-    progress = _PrepareProgress(total_bytes, stream=stream)
     results = []
     workers = min(config.num_workers, len(jobs))
     with multiprocessing.get_context("fork").Pool(workers, initializer=_init_worker, initargs=(counter,)) as pool:
@@ -225,7 +228,7 @@ def prepare(config, stream=None):
     try:
         jobs = [(path, size, os.path.join(work_dir, f"part-{i:06d}"), config)
                 for i, (path, size) in enumerate(zip(files, sizes))]
-        results = _run_workers(config, jobs, sum(sizes), stream or sys.stderr)
+        results = _run_workers(config, jobs, _PrepareProgress(sum(sizes), stream=stream or sys.stderr))
         index = np.concatenate([r.index for r in results])
         keep = _kept(index, config.dedup)
         written, empty_shards = _write_shards(results, keep, paths)
