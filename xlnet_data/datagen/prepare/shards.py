@@ -32,7 +32,7 @@ SHARD_GLOB = "shard-*-of-*.txt"
 INDEX_DTYPE = np.dtype([("hash_hi", "<u8"), ("hash_lo", "<u8"), ("end", "<i8"), ("paragraphs", "<u4"),
                         ("sentences", "<u4"), ("characters", "<u8")])
 INDEX_CHUNK_ROWS = 1 << 16
-COPY_CHUNK = 16 << 20
+COPY_CHUNK = 1 << 20
 
 
 @dataclasses.dataclass
