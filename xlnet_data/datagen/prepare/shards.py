@@ -221,6 +221,9 @@ def prepare(config, stream=None):
     require_splitter()
     files = _input_files(config)
     earlier, new_dir = _check_output_dir(config)
+    if set(files) & set(earlier):
+        raise PrepareError(f"--input_glob={config.input_glob} matches the shards in {config.output_dir}: "
+                           "write them to another --output_dir, or narrow the glob")
     sizes = [fileio.size(path) for path in files]
     paths = shard_paths(config.output_dir, config.num_shards)
     work_dir = tempfile.mkdtemp(prefix=f"{fileio.TMP_MARK}prepare-",
