@@ -263,6 +263,8 @@ GOOD_LINE = b'{"text": "A good document. Two sentences."}\n'
     (bad_file("bad.jsonl", b'{"text": 42}\n'), ["bad.jsonl:1: field 'text' holds int, not a string"]),
     (bad_file("bad.jsonl", GOOD_LINE + b'["a", "list"]\n'), ["bad.jsonl:2: a JSON object was expected, not list"]),
     (bad_file("bad.txt", b"Good line.\nBad \xff byte.\n"), ["bad.txt:2: not valid UTF-8", "0xff"]),
+    (bad_file("bad.jsonl", GOOD_LINE + b'{"text": "half \\ud83d of an emoji"}\n'), ["bad.jsonl:2: field 'text' holds "
+                                                                                "an unpaired surrogate (\\ud83d)"]),
     (bad_file("bad.jsonl.gz", gzip.compress(GOOD_LINE * 1000)[:-40]), ["bad.jsonl.gz:", "cannot read the file"]),
     (bad_file("bad.txt.xz", b"not xz at all"), ["bad.txt.xz:1: cannot read the file"]),
     (bad_file("bad.parquet.gz", b"x"), ["bad.parquet.gz: a Parquet file is compressed inside"]),

@@ -123,6 +123,11 @@ def _jsonl_documents(path, stream, key):
         if text is None:
             yield []
         elif isinstance(text, str):
+            try:
+                text.encode("utf-8")  # a JSON escape can make a lone surrogate, which no UTF-8 file can hold
+            except UnicodeEncodeError as err:
+                raise PrepareError(f"{path}:{number}: field {key!r} holds an unpaired surrogate "
+                                   f"(\\u{ord(text[err.start]):04x}), which is not text") from None
             yield text.splitlines()
         else:
             raise PrepareError(f"{path}:{number}: field {key!r} holds {type(text).__name__}, not a string")

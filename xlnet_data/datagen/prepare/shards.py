@@ -47,6 +47,7 @@ class FileResult:
 
 @dataclasses.dataclass
 class PrepareSummary:
+    """What a run read, dropped and wrote (paragraphs, sentences, characters: of the documents written)."""
     files: int
     documents_read: int
     empty_dropped: int
@@ -61,10 +62,13 @@ class PrepareSummary:
 
 
 def shard_paths(output_dir, num_shards):
+    """The shard files of a run, in order."""
     return [os.path.join(output_dir, SHARD_NAME.format(index=i, count=num_shards)) for i in range(num_shards)]
 
 
 class _PrepareProgress(Progress):
+    """prepare's progress line: files done, input bytes read (compressed, as stored), their rate, ETA."""
+
     def line(self, files_done, files, bytes_done):
         elapsed = max(1e-9, time.time() - self.start)
         fraction = min(1.0, bytes_done / self.total_bytes)
