@@ -1,6 +1,6 @@
 """Sentence splitters compared, and prepare's throughput per core next to create's, on the same text.
 
-    python benchmarks/bench_prepare.py [--size_mb=10] [--repeat=5] [--parts=splitters,throughput]
+    python benchmarks/bench_prepare.py [--size_mb=10] [--repeat=5] [--parts=splitters,throughput,scaling]
 
 splitters: prepare's own splitting (sentencex, plus the inside of quotations split on its own), and every
 candidate that is importable (sentencex alone; blingfire, pysbd, syntok, sentence-splitter; a one-line
@@ -16,7 +16,10 @@ then `create --num_workers=1`, pinned the same way, runs on prepare's output wit
 (seq_len 128) and the paper's shape (seq_len 512). Both rates are steady-state MB/s of the same text
 (the bytes prepare writes and create reads): the difference of MB over the difference of seconds
 between the two sizes, so that start-up cancels; the sizes alternate; median (lowest-highest) of
---repeat pairs. Output is a Markdown report (also for BENCHMARKS.md).
+--repeat pairs.
+
+scaling: the same steady-state MB/s of prepare on the plain corpora (4 files), one worker pinned to one
+core against two workers on two cores. Output is a Markdown report (also for BENCHMARKS.md).
 """
 
 import argparse
@@ -155,11 +158,11 @@ def make_raw_corpus(directory, size_mb, paragraphs, compress, num_files=4):
     return str(directory / ("*.jsonl.gz" if compress else "*.jsonl"))
 
 
-def run_prepare(input_glob, output_dir):
-    """(seconds, MB written) of one prepare run on one core."""
+def run_prepare(input_glob, output_dir, workers=1, cores="0"):
+    """(seconds, MB written) of one prepare run with `workers` processes pinned to `cores`."""
     cmd = [sys.executable, "-m", "xlnet_data.prepare", f"--input_glob={input_glob}", f"--output_dir={output_dir}",
-           "--num_workers=1", "--overwrite"]
-    seconds, _, output = timed(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+           f"--num_workers={workers}", "--overwrite"]
+    seconds, _, output = timed(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), cores=cores)
     megabytes = float(re.search(r"\(([\d.]+) MB\)", output).group(1))
     return seconds, megabytes
 
@@ -193,6 +196,22 @@ def throughput(args, report):
                f"{os.cpu_count()} CPUs", "", *rows, ""]
 
 
+def scaling(args, report):
+    """One worker on one core against two workers on two cores, on the 4-file plain corpora, steady state."""
+    paragraphs = book_paragraphs(args.source)
+    work = Path(tempfile.mkdtemp(prefix="bench_prepare_scaling_"))
+    small = make_raw_corpus(work / "raw_small", args.size_mb, paragraphs, False)
+    large = make_raw_corpus(work / "raw_large", 2 * args.size_mb, paragraphs, False)
+    rates = {}
+    for workers, cores in ((1, "0"), (2, "0,1")):
+        def run_it(g, workers=workers, cores=cores):
+            return run_prepare(g, work / ("out_small" if g == small else "out_large"), workers, cores)
+        rates[workers] = steady(run_it, small, large, args.repeat)
+    report += [f"scaling (4 files, JSON lines, steady state): 1 worker on 1 core {rates[1][0]:.1f} MB/s "
+               f"({rates[1][1]:.1f}-{rates[1][2]:.1f}), 2 workers on 2 cores {rates[2][0]:.1f} MB/s "
+               f"({rates[2][1]:.1f}-{rates[2][2]:.1f}): {rates[2][0] / rates[1][0]:.2f}x", ""]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size_mb", type=float, default=10, help="smaller corpus (MB of text); the larger is twice it")
@@ -200,13 +219,15 @@ def main():
     parser.add_argument("--sp_path", default=str(SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"))
     parser.add_argument("--source", default=str(SHARED / "data" / "corpus_en"),
                         help="folder of input-format .txt books the paragraphs come from (or sample_corpus)")
-    parser.add_argument("--parts", default="splitters,throughput", help="what to measure, comma-separated")
+    parser.add_argument("--parts", default="splitters,throughput,scaling", help="what to measure, comma-separated")
     args = parser.parse_args()
     report = []
     if "splitters" in args.parts.split(","):
         splitters(args, report)
     if "throughput" in args.parts.split(","):
         throughput(args, report)
+    if "scaling" in args.parts.split(","):
+        scaling(args, report)
     print("\n".join(report))
 
 
