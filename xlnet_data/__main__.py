@@ -4,6 +4,7 @@ import importlib
 import sys
 
 COMMANDS = {
+    "prepare": ("xlnet_data.prepare", "raw documents (text, JSON lines, Parquet) → one sentence per line, <eop>, shards"),
     "create": ("xlnet_data.create", "text → XLNet pretraining TFRecords (identical to the original data_utils.py)"),
     "dump": ("xlnet_data.dump", "inspect records: decoded text, masks, segments, stats"),
     "spm-train": ("xlnet_data.spm_train", "train a SentencePiece model with XLNet's special ids"),

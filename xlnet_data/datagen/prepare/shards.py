@@ -1,0 +1,258 @@
+"""The prepare run: the files in parallel into temporary parts, exact duplicates dropped, the parts cut into shards.
+
+Each worker turns whole files into parts (the input format, one part per file, written as it reads:
+memory holds one document and, per document, 40 bytes of index: hash, end offset and counts). When
+every file is done, the main process drops empty documents (never written) and exact duplicates (the
+first in file order is kept), and copies the kept documents, in file order, into `num_shards` shards
+of similar size (cut at document ends). So the shards are the same for any --num_workers, and bad
+input stops the run before any shard is written.
+"""
+
+import contextlib
+import dataclasses
+import hashlib
+import multiprocessing
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from xlnet_data.common import fileio
+from xlnet_data.common.progress import Progress, _count, _duration
+from xlnet_data.datagen.prepare import readers
+from xlnet_data.datagen.prepare.config import PrepareError
+from xlnet_data.datagen.prepare.sentences import format_document, require_splitter
+
+SHARD_NAME = "shard-{index:05d}-of-{count:05d}.txt"
+SHARD_GLOB = "shard-*-of-*.txt"
+# One entry per written document: its 128-bit hash, where it ends in its part, and what it holds.
+INDEX_DTYPE = np.dtype([("hash_hi", "<u8"), ("hash_lo", "<u8"), ("end", "<i8"), ("paragraphs", "<u4"),
+                        ("sentences", "<u4"), ("characters", "<u8")])
+INDEX_CHUNK_ROWS = 1 << 16
+COPY_CHUNK = 1 << 20
+
+
+@dataclasses.dataclass
+class FileResult:
+    """What a worker made of one file: its part (documents in the input format) and the part's index."""
+    path: str
+    part: str
+    index: np.ndarray  # INDEX_DTYPE, one row per non-empty document, in file order
+    documents: int  # all documents read, empty ones included
+    empty: int
+
+
+@dataclasses.dataclass
+class PrepareSummary:
+    """What a run read, dropped and wrote (paragraphs, sentences, characters: of the documents written)."""
+    files: int
+    documents_read: int
+    empty_dropped: int
+    duplicates_dropped: int
+    documents: int
+    paragraphs: int
+    sentences: int
+    characters: int
+    bytes_written: int
+    shards: list
+    empty_shards: int
+
+
+def shard_paths(output_dir, num_shards):
+    """The shard files of a run, in order."""
+    return [os.path.join(output_dir, SHARD_NAME.format(index=i, count=num_shards)) for i in range(num_shards)]
+
+
+class _PrepareProgress(Progress):
+    """prepare's progress line: files done, input bytes read (compressed, as stored), their rate, ETA."""
+
+    def line(self, files_done, files, bytes_done):
+        elapsed = max(1e-9, time.time() - self.start)
+        fraction = min(1.0, bytes_done / self.total_bytes)
+        eta = elapsed * (1 - fraction) / fraction if fraction > 0 else 0
+        return (f"files {files_done}/{files} | input {_count(bytes_done)}B | {bytes_done / elapsed / 1e6:.1f} MB/s | "
+                f"{100 * fraction:.0f}% | ETA {_duration(eta)}")
+
+
+_bytes_read = None  # the workers' shared counter of input bytes read (for the progress line)
+
+
+def _init_worker(counter):
+    global _bytes_read
+    _bytes_read = counter
+
+
+def _add_bytes_read(n):
+    if n and _bytes_read is not None:
+        with _bytes_read.get_lock():
+            _bytes_read.value += n
+
+
+def _document_hash(text):
+    digest = hashlib.blake2b(text, digest_size=16).digest()
+    return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little")
+
+
+def _prepare_file(job):
+    """Worker: one input file → its part file and index (see FileResult)."""
+    path, size, part, config = job
+    chunks, rows, documents, empty, end, reported = [], [], 0, 0, 0, 0
+    with fileio.open_read(path) as raw, open(part, "wb") as out:
+        for paragraphs in readers.documents(path, raw, config):
+            documents += 1
+            block = format_document(paragraphs, config.language)
+            if block is None:
+                empty += 1
+                continue
+            data = block.text.encode("utf-8")
+            out.write(data)
+            end += len(data)
+            rows.append((*_document_hash(data), end, block.paragraphs, block.sentences, block.characters))
+            if len(rows) == INDEX_CHUNK_ROWS:  # as numpy rows: 40 bytes a document instead of a tuple's ~200
+                chunks.append(np.array(rows, dtype=INDEX_DTYPE))
+                rows = []
+            if documents % 256 == 0:
+                position = min(raw.tell(), size)
+                _add_bytes_read(position - reported)
+                reported = position
+    _add_bytes_read(size - reported)
+    chunks.append(np.array(rows, dtype=INDEX_DTYPE))
+    return FileResult(path, part, np.concatenate(chunks), documents, empty)
+
+
+def _input_files(config):
+    files = [path for path in fileio.glob(config.input_glob)
+             if fileio.is_remote(path) or os.path.isfile(path)]
+    if not files:
+        raise PrepareError(f"no file matches --input_glob={config.input_glob}")
+    for path in files:
+        readers.format_of(path, config.format)  # a Parquet file with a compression suffix stops the run here
+    return files
+
+
+def _check_output_dir(config):
+    """Refuses to mix with shards of an earlier run unless --overwrite; returns (those shards, whether
+    the directory is new: a failed run removes it again)."""
+    if not fileio.exists(config.output_dir):
+        fileio.makedirs(config.output_dir)
+        return [], True
+    earlier = fileio.glob(os.path.join(config.output_dir, SHARD_GLOB))
+    if earlier and not config.overwrite:
+        raise PrepareError(f"{config.output_dir} already holds {len(earlier)} shard file(s) "
+                           f"({os.path.basename(earlier[0])}, ...); pass --overwrite to replace them")
+    return earlier, False
+
+
+def _run_workers(config, jobs, progress):
+    """The FileResults of every job, in job order, made by `num_workers` processes; `progress` shows them."""
+    counter = multiprocessing.Value("q", 0)
+    results = []
+    workers = min(config.num_workers, len(jobs))
+    with multiprocessing.get_context("fork").Pool(workers, initializer=_init_worker, initargs=(counter,)) as pool:
+        pending = pool.imap(_prepare_file, jobs)
+        while len(results) < len(jobs):
+            try:
+                results.append(pending.next(timeout=0.5))
+            except multiprocessing.TimeoutError:
+                pass
+            progress.update(len(results), len(jobs), counter.value)
+    progress.close()
+    return results
+
+
+def _kept(index, dedup):
+    """A mask over the index rows (all files, in file order): False for a repeat of an earlier document."""
+    keep = np.ones(len(index), dtype=bool)
+    if dedup and len(index) > 1:
+        order = np.lexsort((index["hash_lo"], index["hash_hi"]))  # stable: the first copy comes first
+        hi, lo = index["hash_hi"][order], index["hash_lo"][order]
+        repeat = (hi[1:] == hi[:-1]) & (lo[1:] == lo[:-1])
+        keep[order[1:][repeat]] = False
+    return keep
+
+
+def _write_shards(results, keep, paths):
+    """Copies the kept documents, in file order, into len(paths) shards of similar size.
+
+    Returns (bytes written, shards left empty)."""
+    ends = np.concatenate([r.index["end"] for r in results])
+    starts = ends - np.concatenate([np.diff(r.index["end"], prepend=0) for r in results])
+    sizes = np.where(keep, ends - starts, 0)
+    total = int(sizes.sum())
+    # The kept bytes are cut into len(paths) equal ranges; a document goes to the range its middle byte falls in,
+    # so a shard is off its share by less than a document at each end.
+    shard_of = (2 * np.cumsum(sizes) - sizes) * len(paths) // max(2 * total, 1)
+    ranges = [[] for _ in paths]  # per shard: (part, start, end), runs of consecutive kept documents
+    first = 0
+    for result in results:
+        rows = np.flatnonzero(keep[first:first + len(result.index)]) + first
+        first += len(result.index)
+        if not len(rows):
+            continue
+        new_run = np.ones(len(rows), dtype=bool)
+        new_run[1:] = (np.diff(rows) != 1) | (shard_of[rows[1:]] != shard_of[rows[:-1]])
+        run_first = np.flatnonzero(new_run)
+        run_last = np.append(run_first[1:], len(rows)) - 1
+        for i, j in zip(rows[run_first], rows[run_last]):
+            ranges[int(shard_of[i])].append((result.part, int(starts[i]), int(ends[j])))
+    for path, spans in zip(paths, ranges):
+        with fileio.atomic_write(path) as out:
+            for part, start, end in spans:
+                with open(part, "rb") as f:
+                    f.seek(start)
+                    _copy(f, out, end - start)
+    return total, sum(1 for spans in ranges if not spans)
+
+
+def _copy(source, target, length):
+    while length > 0:
+        chunk = source.read(min(COPY_CHUNK, length))
+        if not chunk:
+            raise OSError(f"{source.name}: the part file ended early")
+        target.write(chunk)
+        length -= len(chunk)
+
+
+def prepare(config, stream=None):
+    """Runs prepare as `config` (validated) says; returns a PrepareSummary. Raises PrepareError.
+
+    `stream` gets the progress line (default: stderr).
+    """
+    config.validate()
+    require_splitter()
+    files = _input_files(config)
+    earlier, new_dir = _check_output_dir(config)
+    if set(files) & set(earlier):
+        raise PrepareError(f"--input_glob={config.input_glob} matches the shards in {config.output_dir}: "
+                           "write them to another --output_dir, or narrow the glob")
+    sizes = [fileio.size(path) for path in files]
+    paths = shard_paths(config.output_dir, config.num_shards)
+    work_dir = tempfile.mkdtemp(prefix=f"{fileio.TMP_MARK}prepare-",
+                                dir=None if fileio.is_remote(config.output_dir) else config.output_dir)
+    try:
+        jobs = [(path, size, os.path.join(work_dir, f"part-{i:06d}"), config)
+                for i, (path, size) in enumerate(zip(files, sizes))]
+        results = _run_workers(config, jobs, _PrepareProgress(sum(sizes), stream=stream or sys.stderr))
+        index = np.concatenate([r.index for r in results])
+        keep = _kept(index, config.dedup)
+        written, empty_shards = _write_shards(results, keep, paths)
+    except BaseException:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        if new_dir and not fileio.is_remote(config.output_dir):
+            with contextlib.suppress(OSError):
+                os.rmdir(config.output_dir)  # only if empty: shards already written stay
+        raise
+    shutil.rmtree(work_dir, ignore_errors=True)
+    for path in earlier:
+        if path not in paths:
+            fileio.remove(path)
+    kept = index[keep]
+    return PrepareSummary(
+        files=len(files), documents_read=sum(r.documents for r in results), empty_dropped=sum(r.empty for r in results),
+        duplicates_dropped=int(len(index) - keep.sum()), documents=len(kept),
+        paragraphs=int(kept["paragraphs"].sum()), sentences=int(kept["sentences"].sum()),
+        characters=int(kept["characters"].sum()), bytes_written=written, shards=paths,
+        empty_shards=empty_shards)

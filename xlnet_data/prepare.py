@@ -1,0 +1,74 @@
+"""python -m xlnet_data.prepare: raw documents → create's input format, in shards.
+
+Reads plain text, JSON lines or Parquet (the formats `datasets` saves), plain or compressed (.gz, .bz2,
+.xz, .zst), one document per record; writes one sentence per line, `<eop>` glued to the last sentence
+of each paragraph but a document's last, a blank line after every document, in --num_shards files
+of similar size (shard-00000-of-00004.txt, ...). Paragraphs are the lines of a record's text;
+sentences come from a rule-based splitter for --language; empty and exactly repeated documents are
+dropped and counted. Then:
+
+  python -m xlnet_data.spm_train --input='OUT/*.txt' --model_prefix=spm/my --vocab_size=32000
+  python -m xlnet_data.create --input_glob='OUT/*.txt' --sp_path=spm/my.model ...
+"""
+
+import os
+import sys
+import time
+
+from absl import flags
+
+from xlnet_data import cli
+from xlnet_data.datagen.prepare import FORMATS, TEXT_LAYOUTS, PrepareConfig, PrepareError, prepare
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    flags.DEFINE_string("input_glob", None, "Raw input files (a glob; local or gs:// paths), e.g. 'raw/*.jsonl.gz'. "
+                        "Compression (.gz, .bz2, .xz, .zst/.zstd) is recognised by the name.")
+    flags.DEFINE_string("output_dir", None, "Where the shards go (created if missing).")
+    flags.DEFINE_enum("format", "auto", list(FORMATS),
+                      "auto: from the name (.jsonl/.json/.ndjson: JSON lines, .parquet: Parquet, else text); "
+                      "text; jsonl: one JSON object per line; parquet.")
+    flags.DEFINE_string("text_key", "text", "JSON lines: the field holding a document's text; Parquet: the column.")
+    flags.DEFINE_enum("text_layout", "blank_line", list(TEXT_LAYOUTS),
+                      "Plain text only. " + "; ".join(f"{name}: {what}" for name, what in TEXT_LAYOUTS.items()) + ".")
+    flags.DEFINE_string("language", "en", "Language of the text (ISO 639 code: en, es, fr, zh, ja, hi, ar, ...), "
+                        "for the sentence splitter's abbreviations and sentence marks.")
+    flags.DEFINE_integer("num_shards", 1, "Output files, of similar size (cut at document ends).", lower_bound=1)
+    flags.DEFINE_integer("num_workers", None, "Files read and split in parallel; default: the CPU count. "
+                         "The output is the same for every value.", lower_bound=1)
+    flags.DEFINE_bool("dedup", True, "Drop a document that repeats an earlier one exactly (after whitespace "
+                      "normalisation); the first copy, in file order, is kept.")
+    flags.DEFINE_bool("overwrite", False, "Replace the shards of an earlier run in --output_dir.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        return cli.fail("prepare", f"unexpected arguments: {' '.join(argv[1:])}")
+    start = time.time()
+    try:
+        config = cli.config_from_flags(PrepareConfig, input_glob=FLAGS.input_glob or "",
+                                       output_dir=FLAGS.output_dir or "",
+                                       num_workers=FLAGS.num_workers or os.cpu_count() or 1).validate()
+        summary = prepare(config)
+    except PrepareError as err:
+        return cli.fail("prepare", err)
+    except OSError as err:
+        return cli.fail("prepare", f"{err.filename or ''}: {err.strerror or err}")
+    shards = len(summary.shards)
+    empty_shards = f" ({summary.empty_shards} of them empty)" if summary.empty_shards else ""
+    print(f"done: {summary.documents} documents, {summary.paragraphs} paragraphs, {summary.sentences} sentences, "
+          f"{summary.characters} characters from {summary.files} file(s) into {shards} shard(s)"
+          f"{empty_shards} in {config.output_dir} ({summary.bytes_written / 1e6:.1f} MB); dropped "
+          f"{summary.empty_dropped} empty and {summary.duplicates_dropped} duplicate documents; "
+          f"{time.time() - start:.1f} s", file=sys.stderr)
+    return 0
+
+
+def run():
+    cli.run(main, "prepare", __doc__, define_flags)
+
+
+if __name__ == "__main__":
+    run()
