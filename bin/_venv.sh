@@ -7,7 +7,7 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; 
   echo "setting up $VENV (first run: downloads TensorFlow and friends, a few minutes)" >&2
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[tf-cpu,test,beam]"
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[tf-cpu,test,beam,prepare]"
   echo "$want" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

@@ -71,15 +71,15 @@ def test_create_records_in_one_call_and_read_them_back(tmp_path, sample_spm):
 def test_readme_code_map_matches_the_tree():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("## Code map", 1)[1].split("\n## ", 1)[0]
-    listed = set()
-    folder = ""
+    listed, folders = set(), []  # folders: (indent, path) of the folder lines above, innermost last
     for line in block.splitlines():
-        match = re.match(r"^ {6}(\w+)/\s", line)
-        if match:
-            folder = match.group(1) + "/"
+        indent = len(line) - len(line.lstrip())
+        folders = [(i, path) for i, path in folders if i < indent]
+        match = re.match(r"^ +(\w+)/\s", line)
+        if match and indent > 4:
+            folders.append((indent, (folders[-1][1] if folders else "") + match.group(1) + "/"))
             continue
         for name in re.findall(r"\b([a-z_]+\.py)\b", line):
-            indent = len(line) - len(line.lstrip())
-            listed.add((folder if indent > 6 else "") + name)
+            listed.add((folders[-1][1] if folders else "") + name)
     actual = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
     assert listed == actual, (sorted(actual - listed), sorted(listed - actual))

@@ -4,14 +4,14 @@ import sys
 import time
 
 
-def _count(n):
+def format_count(n):
     for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if n >= size:
             return f"{n / size:.1f}{unit}"
     return str(int(n))
 
 
-def _duration(seconds):
+def format_duration(seconds):
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
@@ -31,9 +31,9 @@ class Progress:
         rate = tokens / elapsed
         fraction = min(1.0, bytes_done / self.total_bytes)
         eta = elapsed * (1 - fraction) / fraction if fraction > 0 else 0
-        return (f"units {units_done}/{units} | lines {_count(lines)} | tokens {_count(tokens)} | "
-                f"records {_count(records)} | {_count(rate)} tokens/s | {100 * fraction:.0f}% | "
-                f"ETA {_duration(eta)}")
+        return (f"units {units_done}/{units} | lines {format_count(lines)} | tokens {format_count(tokens)} | "
+                f"records {format_count(records)} | {format_count(rate)} tokens/s | {100 * fraction:.0f}% | "
+                f"ETA {format_duration(eta)}")
 
     def update(self, *counters):
         now = time.time()

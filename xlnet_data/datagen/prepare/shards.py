@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from xlnet_data.common import fileio
-from xlnet_data.common.progress import Progress, _count, _duration
+from xlnet_data.common.progress import Progress, format_count, format_duration
 from xlnet_data.datagen.prepare import readers
 from xlnet_data.datagen.prepare.config import PrepareError
 from xlnet_data.datagen.prepare.sentences import format_document, require_splitter
@@ -73,8 +73,8 @@ class _PrepareProgress(Progress):
         elapsed = max(1e-9, time.time() - self.start)
         fraction = min(1.0, bytes_done / self.total_bytes)
         eta = elapsed * (1 - fraction) / fraction if fraction > 0 else 0
-        return (f"files {files_done}/{files} | input {_count(bytes_done)}B | {bytes_done / elapsed / 1e6:.1f} MB/s | "
-                f"{100 * fraction:.0f}% | ETA {_duration(eta)}")
+        return (f"files {files_done}/{files} | input {format_count(bytes_done)}B | {bytes_done / elapsed / 1e6:.1f} MB/s | "
+                f"{100 * fraction:.0f}% | ETA {format_duration(eta)}")
 
 
 _bytes_read = None  # the workers' shared counter of input bytes read (for the progress line)
