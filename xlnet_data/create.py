@@ -53,9 +53,10 @@ def define_flags():
     flags.DEFINE_enum("runner", "local", ["local", "beam"],
                       "local: worker processes on this machine; beam: an Apache Beam pipeline, one element per unit.")
     flags.DEFINE_string("beam_runner", "DirectRunner",
-                        "With --runner=beam: DirectRunner, DataflowRunner, FlinkRunner, ...")
+                        "With --runner=beam: DirectRunner, DaskRunner, DataflowRunner, FlinkRunner, ...")
     flags.DEFINE_string("beam_options", "", "With --runner=beam: more Beam pipeline options, as one string "
-                        "(e.g. \"--project=p --region=r --temp_location=gs://b/tmp --setup_file=./setup.py\").")
+                        "(e.g. \"--project=p --region=r --temp_location=gs://b/tmp --setup_file=./setup.py\"; "
+                        "DaskRunner: \"--dask_client_address=tcp://HOST:8786\").")
 
 
 def _runner():
@@ -71,7 +72,8 @@ def main(argv):
     logging.getLogger().setLevel(logging.INFO)
     start = time.time()
     try:
-        config = cli.config_from_flags(CreateConfig).validate()
+        # Absolute before the plan lists the files: a Beam or cluster worker has another working directory.
+        config = cli.config_from_flags(CreateConfig).validate().with_absolute_paths()
         run_units = _runner()
         plan = make_plan(config, FLAGS.overwrite)
         prepare_save_dir(config, plan)
