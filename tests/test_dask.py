@@ -55,6 +55,26 @@ def summary(result):
     return line.rsplit(",", 1)[0]
 
 
+def test_local_paths_are_made_absolute_and_remote_ones_kept(tmp_path, monkeypatch):
+    from xlnet_data.datagen.config import CreateConfig
+    monkeypatch.chdir(tmp_path)
+    config = CreateConfig(input_glob="in/*.txt", sp_path="../m.model", save_dir="gs://bucket/out").with_absolute_paths()
+    assert (config.input_glob, config.sp_path, config.save_dir) == (
+        str(tmp_path / "in" / "*.txt"), str(tmp_path.parent / "m.model"), "gs://bucket/out")
+    assert CreateConfig(sp_path="").with_absolute_paths().sp_path == ""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("apache_beam") is None, reason="apache_beam is not installed")
+def test_dask_runner_without_dask_says_how_to_install_it(tmp_path):
+    code = ("import sys; sys.modules['distributed'] = None; from xlnet_data.create import run; "
+            f"sys.argv = ['create', '--runner=beam', '--beam_runner=DaskRunner', '--save_dir={tmp_path / 'out'}']; run()")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "create: error: --beam_runner=DaskRunner needs Dask: pip install 'xlnet-data[beam,dask]'"), result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.fixture(scope="module")
 def cluster():
     cluster = local_cluster()
