@@ -70,11 +70,13 @@ class Worker:
         return self.log_path.read_text()
 
 
-def start_workers(flags, log_dir, count=2):
-    """`count` train_gpu processes forming one cluster on loopback ports (worker 0 is the chief)."""
+def start_workers(flags, log_dir, count=2, extra_flags=None):
+    """`count` train_gpu processes forming one cluster on loopback ports (worker 0 is the chief); worker i also
+    gets extra_flags[i]."""
     log_dir.mkdir(exist_ok=True)
     workers = [f"127.0.0.1:{port}" for port in free_loopback_ports(count)]
-    return [Worker(flags, {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}},
+    return [Worker([*flags, *(extra_flags or {}).get(index, [])],
+                   {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}},
                    log_dir / f"worker{index}.log") for index in range(count)]
 
 
@@ -135,6 +137,13 @@ def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_recor
         "checkpoint", "model.ckpt-3.data-00000-of-00001", "model.ckpt-3.index", "model.ckpt-6.data-00000-of-00001",
         "model.ckpt-6.index", "xlnet_config.json"]
     assert len([name for name in names if name.startswith("events.out.tfevents.")]) == 2
+
+    # A worker whose model_dir is not the chief's (no shared filesystem) would start from step 0: refused.
+    split = start_workers([*flags, "--train_steps=9"], tmp_path / "split",
+                          extra_flags={1: [f"--model_dir={tmp_path / 'not_shared'}"]})  # the last --model_dir counts
+    for code, stderr in finish(split):
+        assert code == 2 and stderr.strip().splitlines()[-1].startswith(
+            "train: error: the workers start from different steps (6, 0, replica by replica)"), stderr[-3000:]
 
 
 @pytest.mark.parametrize("killed", [1, 0])

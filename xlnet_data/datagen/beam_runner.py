@@ -3,9 +3,10 @@
 Each (task, pass) unit is one element, run by the same `units.run_unit` as the local runner and
 written to the same file names. Outputs are atomic and a unit's record_info is written last, so a
 retried element rewrites identical files, and a re-run of a failed pipeline skips the complete units
-(make_plan does). The workers' counts come back to the launcher as Beam metrics, one counter per unit
-and field; a runner without metrics (DaskRunner) leaves them to be read back from the units'
-record_info files. Apache Beam is an optional extra, imported only here and only when used.
+(make_plan does). The summary's counts of a complete unit are read back from its record_info, where
+run_unit stores them; a unit that wrote nothing has only the workers' Beam metrics (one counter per unit
+and field), which some runners (DaskRunner) do not collect. Apache Beam is an optional extra, imported
+only here and only when used.
 """
 
 import importlib.util
@@ -99,20 +100,15 @@ def _worker_counters(outcome):
 
 
 def _results(config, todo, counters):
-    """UnitResults from the workers' counters, or without them from the units' record_info files; whether a
-    unit wrote its records is read from save_dir."""
+    """UnitResults: a complete unit's from its record_info (exact whatever the runner, retries included), the
+    others' from the workers' counters (none from a runner without metrics: DaskRunner)."""
     results = []
     for unit, _ in todo:
-        complete = unit_is_complete(config, unit)
-        if counters is None and complete:
+        if unit_is_complete(config, unit):
             results.append(units.recorded_result(config, unit))
             continue
-        counts = {field: counters.get(_metric(unit, field), 0) for field in units.COUNTS} if counters else {}
-        result = units.UnitResult(unit, **counts)
-        if complete:
-            result.record_path = units.record_paths(config, unit)[0]
-        else:
-            result.skipped = "nothing written: too few tokens for one batch (see the workers' log)"
+        result = units.UnitResult(unit, **{field: (counters or {}).get(_metric(unit, field), 0) for field in units.COUNTS})
+        result.skipped = "nothing written: too few tokens for one batch (see the workers' log)"
         results.append(result)
     return results
 
