@@ -52,9 +52,10 @@ def define_flags():
     flags.DEFINE_enum("runner", "local", ["local", "beam"],
                       "local: worker processes on this machine; beam: an Apache Beam pipeline, one element per unit.")
     flags.DEFINE_string("beam_runner", "DirectRunner",
-                        "With --runner=beam: DirectRunner, DataflowRunner, FlinkRunner, ...")
+                        "With --runner=beam: DirectRunner, DaskRunner, DataflowRunner, FlinkRunner, ...")
     flags.DEFINE_string("beam_options", "", "With --runner=beam: more Beam pipeline options, as one string "
-                        "(e.g. \"--project=p --region=r --temp_location=gs://b/tmp --setup_file=./setup.py\").")
+                        "(e.g. \"--project=p --region=r --temp_location=gs://b/tmp --setup_file=./setup.py\"; "
+                        "DaskRunner: \"--dask_client_address=tcp://HOST:8786\").")
 
 
 def main(argv):

@@ -181,6 +181,10 @@ def main(argv):
         return cli.fail("train", err)
     except tf.errors.NotFoundError as err:  # e.g. an --init_checkpoint that is not there
         return cli.fail("train", err.message)
+    except training.LOST_WORKER_ERRORS as err:
+        if config.strategy != "multi_worker":
+            raise
+        return cli.fail("train", training.lost_worker_message(err, config.model_dir))
     print(f"done: step {result.step}, checkpoints and summaries in {config.model_dir}", file=sys.stderr)
     return 0
 

@@ -6,7 +6,8 @@
 
 `settings` is the original's scheme, e.g. `bsz-8.seqlen-128.reuse-64.uncased.bi.alpha-6.beta-1.fnp-21`.
 corpus_info.json holds the run's settings (see create); a record_info holds the original's `filenames`
-and `num_batch` (plus `create_settings`), and its presence marks its unit complete.
+and `num_batch` (plus `create_settings`, and `create_counts`: the unit's counts for create's summary), and
+its presence marks its unit complete.
 """
 
 import dataclasses

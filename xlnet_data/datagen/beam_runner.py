@@ -3,10 +3,13 @@
 Each (task, pass) unit is one element, run by the same `units.run_unit` as the local runner and
 written to the same file names. Outputs are atomic and a unit's record_info is written last, so a
 retried element rewrites identical files, and a re-run of a failed pipeline skips the complete units
-(make_plan does). The workers' counts come back to the launcher as Beam metrics, one counter per unit
-and field. Apache Beam is an optional extra, imported only here and only when used.
+(make_plan does). The summary's counts of a complete unit are read back from its record_info, where
+run_unit stores them; a unit that wrote nothing has only the workers' Beam metrics (one counter per unit
+and field), which some runners (DaskRunner) do not collect. Apache Beam is an optional extra, imported
+only here and only when used.
 """
 
+import importlib.util
 import logging
 import shlex
 
@@ -18,9 +21,11 @@ from xlnet_data.datagen.plan import CreateError, Plan, unit_is_complete
 log = logging.getLogger("xlnet_data")
 
 INSTALL_HINT = "--runner=beam needs Apache Beam: pip install 'xlnet-data[beam]'"
+DASK_INSTALL_HINT = "--beam_runner=DaskRunner needs Dask: pip install 'xlnet-data[beam,dask]'"
 _NAMESPACE = "xlnet_data"
-_COUNTED = ("files", "lines", "tokens", "records", "num_batch", "dropped_tokens", "invalid_utf8_lines",
-            "skipped_files")  # UnitResult's counts
+# Runners Beam knows only by their module path; their short names are accepted too.
+RUNNER_PATHS = {"DaskRunner": "apache_beam.runners.dask.dask_runner.DaskRunner"}
+_DASK_PARTITIONING = ("--dask_npartitions", "--dask_partition_size")
 
 
 def _import_beam():
@@ -31,18 +36,33 @@ def _import_beam():
     return apache_beam
 
 
+def runner_path(runner):
+    """The name Beam resolves for --beam_runner=`runner`: a short name it does not know mapped to the path."""
+    return RUNNER_PATHS.get(runner, runner)
+
+
 def pipeline_args(runner, options=""):
     """Beam's arguments for --beam_runner and --beam_options, checked before anything is written: Beam is
     installed, the options split, the runner exists and has the options it requires (Dataflow: --project, ...)."""
     beam = _import_beam()
     from apache_beam.options.pipeline_options import PipelineOptions
     try:
-        args = [f"--runner={runner}", *shlex.split(options)]
+        args = [f"--runner={runner_path(runner)}", *shlex.split(options)]
+        if runner_path(runner) == RUNNER_PATHS["DaskRunner"]:
+            args += _dask_args(args)
         beam.Pipeline(options=PipelineOptions(args))  # makes the runner and validates the options for it
     except (ValueError, ImportError) as err:
         problems = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
         raise CreateError(f"--beam_runner={runner} --beam_options={options!r}: {problems}") from None
     return args
+
+
+def _dask_args(args):
+    """What DaskRunner needs beyond the user's options: one unit per Dask task (its default packs up to 128
+    elements into one task, which one worker would then run alone)."""
+    if importlib.util.find_spec("distributed") is None:  # Beam's DaskRunner fails obscurely without it
+        raise CreateError(DASK_INSTALL_HINT)
+    return [] if any(arg.startswith(_DASK_PARTITIONING) for arg in args) else ["--dask_partition_size=1"]
 
 
 def _metric(unit, field):
@@ -62,22 +82,33 @@ def _run_unit_fn(beam, config):
             result = units.run_unit(config, unit, files, self.sp)
             if result.skipped:
                 log.warning("task %d pass %d: %s", unit.task, unit.pass_id, result.skipped)
-            for field in _COUNTED:
+            for field in units.COUNTS:
                 Metrics.counter(_NAMESPACE, _metric(unit, field)).inc(getattr(result, field))
             log.info("task %d pass %d: %d records written", unit.task, unit.pass_id, result.records)
 
     return RunUnit()
 
 
+def _worker_counters(outcome):
+    """{metric name: value} of the workers' counters, or None from a runner without metrics (DaskRunner)."""
+    from apache_beam.metrics.metric import MetricsFilter
+    try:
+        query = outcome.metrics().query(MetricsFilter().with_namespace(_NAMESPACE))
+    except NotImplementedError:
+        return None
+    return {m.key.metric.name: m.result for m in query["counters"]}
+
+
 def _results(config, todo, counters):
-    """UnitResults from the workers' counters; whether a unit wrote its records is read from save_dir."""
+    """UnitResults: a complete unit's from its record_info (exact whatever the runner, retries included), the
+    others' from the workers' counters (none from a runner without metrics: DaskRunner)."""
     results = []
     for unit, _ in todo:
-        result = units.UnitResult(unit, **{field: counters.get(_metric(unit, field), 0) for field in _COUNTED})
         if unit_is_complete(config, unit):
-            result.record_path = units.record_paths(config, unit)[0]
-        else:
-            result.skipped = "nothing written: too few tokens for one batch (see the workers' log)"
+            results.append(units.recorded_result(config, unit))
+            continue
+        result = units.UnitResult(unit, **{field: (counters or {}).get(_metric(unit, field), 0) for field in units.COUNTS})
+        result.skipped = "nothing written: too few tokens for one batch (see the workers' log)"
         results.append(result)
     return results
 
@@ -88,7 +119,6 @@ def run_beam(config: CreateConfig, plan: Plan, beam_args):
     if not plan.units:
         return []
     beam = _import_beam()
-    from apache_beam.metrics.metric import MetricsFilter
     from apache_beam.options.pipeline_options import PipelineOptions
 
     p = beam.Pipeline(options=PipelineOptions(list(beam_args)))
@@ -103,5 +133,4 @@ def run_beam(config: CreateConfig, plan: Plan, beam_args):
         first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise CreateError(f"the Beam pipeline failed: {first_line}; the units it completed are kept, "
                           "run the same command again to do the rest") from err
-    query = outcome.metrics().query(MetricsFilter().with_namespace(_NAMESPACE))
-    return _results(config, plan.units, {m.key.metric.name: m.result for m in query["counters"]})
+    return _results(config, plan.units, _worker_counters(outcome))

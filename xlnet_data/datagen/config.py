@@ -1,7 +1,10 @@
 """The explicit, frozen configuration of a `create` run, and its validation."""
 
 import dataclasses
+import os
 from typing import Optional
+
+from xlnet_data.common.fileio import is_remote
 
 SPLITS = ("train", "dev", "test")
 SPAN_UNITS = ("piece", "word")
@@ -60,6 +63,15 @@ class CreateConfig:
     @property
     def pass_ids(self):
         return [self.pass_id] if self.num_passes is None else list(range(self.num_passes))
+
+    def with_absolute_paths(self) -> "CreateConfig":
+        """This config with its local paths (input_glob, sp_path, save_dir) made absolute against the current
+        directory: workers of a Beam runner or of a cluster have other working directories. Remote paths
+        (gs://, ...) and an empty sp_path are kept."""
+        def absolute(path):
+            return path if not path or is_remote(path) else os.path.abspath(path)
+        return dataclasses.replace(self, input_glob=absolute(self.input_glob), sp_path=absolute(self.sp_path),
+                                   save_dir=absolute(self.save_dir))
 
     def validate(self) -> "CreateConfig":
         """Raises ConfigError with a one-line explanation for a combination the layout cannot use."""

@@ -32,6 +32,7 @@ class CreateSummary:
 def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers: Optional[int] = None,
                    beam_args: Optional[Sequence[str]] = None) -> CreateSummary:
     """Makes the records of `config` (a validated CreateConfig) in config.save_dir; returns the summary.
+    Local paths in it are made absolute first (corpus_info.json records them so).
 
     Units already complete are skipped unless `overwrite`. Runs on local worker processes
     (`num_workers`, default: the CPU count), or as an Apache Beam pipeline with options `beam_args`
@@ -39,6 +40,8 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
     ConfigError, CreateError, InputError or VocabError with a one-line message, before anything is
     written where it can.
     """
+    # Absolute before the plan lists the files: a Beam or cluster worker has another working directory.
+    config = config.with_absolute_paths()
     plan = make_plan(config, overwrite)
     prepare_save_dir(config, plan)
     if beam_args is not None:

@@ -51,6 +51,10 @@ class UnitResult:
     skipped: str = ""  # why nothing was written, if so
 
 
+COUNTS = ("files", "lines", "tokens", "records", "num_batch", "dropped_tokens", "invalid_utf8_lines", "skipped_files")
+RECORD_INFO_COUNTS = "create_counts"  # record_info's key for a unit's COUNTS, read back by runners without metrics
+
+
 def plan_units(config: CreateConfig):
     return [Unit(task, pass_id) for task in config.tasks for pass_id in config.pass_ids]
 
@@ -195,7 +199,7 @@ def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None, on_r
              encode_threads=-1) -> UnitResult:
     """Creates one unit's tfrecords and then its record_info JSON (last, so it marks completion).
 
-    record_info holds the original's keys (`filenames`, `num_batch`) and `create_settings`.
+    record_info holds the original's keys (`filenames`, `num_batch`), `create_settings` and the unit's counts.
     """
     result = UnitResult(unit)
     ids, sent_ids, random_state = read_task_stream(config, files, sp, result, on_progress, encode_threads)
@@ -213,10 +217,20 @@ def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None, on_r
                           f"{(config.seq_len + 1) * rows_of_stream} are needed: {rows_of_stream} rows of seq_len + 1, "
                           "and room for A/B); nothing written")
         return result
-    info = {"filenames": [record_path], "num_batch": num_batch, "create_settings": record_settings(config)}
-    save_dir.write_json(info_path, info)
     result.num_batch = num_batch
     result.records = num_batch * config.bsz_per_host
     result.dropped_tokens = result.tokens - num_batch * config.reuse_len * rows.data.shape[0]
     result.record_path = record_path
+    info = {"filenames": [record_path], "num_batch": num_batch, "create_settings": record_settings(config),
+            RECORD_INFO_COUNTS: {field: getattr(result, field) for field in COUNTS}}
+    save_dir.write_json(info_path, info)
     return result
+
+
+def recorded_result(config: CreateConfig, unit: Unit) -> UnitResult:
+    """A complete unit's UnitResult as run_unit stored it in its record_info (for runners whose workers
+    cannot report counts back); a record_info without counts (an older create) gives zeros but num_batch."""
+    record_path, info_path = record_paths(config, unit)
+    info = save_dir.read_json(info_path)
+    counts = info.get(RECORD_INFO_COUNTS, {"num_batch": info.get("num_batch", 0)})
+    return UnitResult(unit, **{field: int(counts.get(field, 0)) for field in COUNTS}, record_path=record_path)

@@ -260,6 +260,8 @@ class Source:
 
 def make_strategy(name: str = "auto", devices=(), tpu: str = "") -> tf.distribute.Strategy:
     """auto: all local GPUs mirrored when there are several, else the one GPU, else the CPU."""
+    if name == "multi_worker":  # first: its collectives must be configured before TensorFlow initialises
+        return multi_worker_strategy()
     gpus = tf.config.list_logical_devices("GPU")
     if name == "auto":
         name = "mirrored" if len(gpus) > 1 else "one_device"
@@ -267,12 +269,32 @@ def make_strategy(name: str = "auto", devices=(), tpu: str = "") -> tf.distribut
         return tf.distribute.OneDeviceStrategy(devices[0] if devices else "/gpu:0" if gpus else "/cpu:0")
     if name == "mirrored":
         return tf.distribute.MirroredStrategy(list(devices) or None)
-    if name == "multi_worker":  # the cluster comes from the TF_CONFIG environment variable
-        return tf.distribute.MultiWorkerMirroredStrategy()
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
+
+
+def multi_worker_strategy() -> tf.distribute.Strategy:
+    """The cluster of the TF_CONFIG environment variable: every worker's local GPUs (or its CPU) as replicas."""
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+# What a collective op raises on the other workers when one worker dies or stops answering.
+LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
+                      tf.errors.CancelledError)
+
+
+def lost_worker_message(err: tf.errors.OpError, model_dir: str) -> str:
+    """One line for a multi-worker run that lost a worker: which one, TensorFlow's reason, how to go on."""
+    peer = re.search(r"(?:heartbeats\):\s*|remote target |check alive failed, )/job:(\w+)/(?:replica:\d+/)?task:(\d+)",
+                     err.message)
+    lines = [line.strip() for line in err.message.splitlines() if line.strip() and not line.startswith("\t")]
+    reason = next((line.split("aborted by:", 1)[1].strip().rstrip(":") for line in lines if "aborted by:" in line),
+                  lines[-1] if lines else type(err).__name__)
+    who = f"{peer[1]} {peer[2]}" if peer else "a worker"
+    return (f"lost {who} of the cluster ({reason}); every worker stops: start them all again to resume from the "
+            f"last checkpoint in {model_dir}")
 
 
 class Trainer:
@@ -341,10 +363,13 @@ class TrainResult:
     sources: list[Source]
 
 
-def _check_model_dir(cfg: TrainConfig) -> None:
-    """Writes model_dir/xlnet_config.json, or checks that the one there is this model's."""
-    os.makedirs(cfg.model_dir, exist_ok=True)
+def _check_model_dir(cfg: TrainConfig, chief: bool) -> None:
+    """Writes model_dir/xlnet_config.json (the chief of several workers), or checks that the one there is
+    this model's."""
     path = os.path.join(cfg.model_dir, "xlnet_config.json")
+    if not os.path.exists(path) and not chief:
+        return
+    os.makedirs(cfg.model_dir, exist_ok=True)
     if os.path.exists(path):
         there = XLNetConfig.from_json(path)
         if there != cfg.model:
@@ -366,6 +391,19 @@ def _start(cfg: TrainConfig, trainer: Trainer) -> int:
         checkpoints.load(cfg.init_checkpoint, trainer.model.weights)
         log.info("model initialised from %s", cfg.init_checkpoint)
     return int(trainer.optimizer.step.numpy())
+
+
+def _check_workers_start_alike(strategy: tf.distribute.Strategy, step: int, model_dir: str) -> None:
+    """Multi-worker: every worker must start from the step the chief starts from, which it does when it reads
+    the chief's checkpoints; a worker that cannot see them would train other weights, silently."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+    steps = strategy.gather(strategy.experimental_distribute_values_from_function(
+        lambda _: tf.constant([step], tf.int64)), axis=0).numpy()
+    if len(set(steps.tolist())) > 1:
+        raise ConfigError(f"the workers start from different steps ({', '.join(map(str, steps))}, replica by replica): "
+                          f"--model_dir={model_dir} must be one folder that every worker sees (a shared filesystem, "
+                          "or gs://)")
 
 
 def _open_sources(cfg: TrainConfig, trainer: Trainer, step: int, permutation: Optional[PermutationFn]):
@@ -411,13 +449,14 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
       the job were killed (to test resuming).
     """
     strategy = strategy or make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
-    _check_model_dir(cfg)
+    chief = strategy.extended.should_checkpoint  # multi-worker: only the chief writes
+    _check_model_dir(cfg, chief)
     trainer = Trainer(cfg, strategy)
     step = first_step = _start(cfg, trainer)
+    _check_workers_start_alike(strategy, step, cfg.model_dir)
     log.info("%d replica(s) of %d rows; %s parameters", strategy.num_replicas_in_sync, trainer.bsz_per_replica,
              f"{sum(int(np.prod(v.shape)) for v in trainer.variables):,}")
     sources, schedule, probs = _open_sources(cfg, trainer, step, permutation)
-    chief = strategy.extended.should_checkpoint  # multi-worker: only the chief writes
     writer = tf.summary.create_file_writer(cfg.model_dir) if chief else tf.summary.create_noop_writer()
 
     losses, window, tic = [], [], time.time()
