@@ -12,6 +12,8 @@ import time
 from absl import flags
 
 from xlnet_data import cli
+from xlnet_data.common import run_lock
+from xlnet_data.common.stopping import Stopped, stop_on_signals
 from xlnet_data.common.vocab import VocabError
 from xlnet_data.datagen import beam_runner
 from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, ConfigError, CreateConfig
@@ -66,20 +68,40 @@ def _runner():
     return functools.partial(beam_runner.run_beam, beam_args=beam_args)
 
 
+def _check_before_locking(config, overwrite):
+    """make_plan's checks (it writes nothing) before the lock makes the save_dir, so that a bad flag or
+    input leaves no folder behind; quietly, since the plan that runs is made again under the lock."""
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        make_plan(config, overwrite)
+    finally:
+        log.setLevel(level)
+
+
 def main(argv):
     del argv
     logging.getLogger().setLevel(logging.INFO)
     start = time.time()
     try:
-        config = cli.config_from_flags(CreateConfig).validate()
-        run_units = _runner()
-        plan = make_plan(config, FLAGS.overwrite)
-        prepare_save_dir(config, plan)
-        results = run_units(config, plan)
-    except (ConfigError, CreateError, InputError, VocabError) as err:
+        with stop_on_signals():
+            config = cli.config_from_flags(CreateConfig).validate()
+            run_units = _runner()
+            run_lock.refuse_if_busy(config.save_dir)  # first: what a busy save_dir holds is in flux
+            _check_before_locking(config, FLAGS.overwrite)
+            with run_lock.hold(config.save_dir):
+                plan = make_plan(config, FLAGS.overwrite)  # again: another run may have ended meanwhile
+                run_lock.remove_stale_temporaries(config.save_dir)
+                prepare_save_dir(config, plan)
+                results = run_units(config, plan)
+    except Stopped as stop:
+        cli.fail("create", f"stopped by {stop.name}; complete units are kept and nothing is half-written: "
+                           "run the same command again to do the rest")
+        return stop.exit_status
+    except (ConfigError, CreateError, InputError, VocabError, run_lock.SaveDirBusy) as err:
         return cli.fail("create", err)
     except OSError as err:
-        return cli.fail("create", f"{err.filename or ''}: {err.strerror or err}")
+        return cli.fail("create", cli.os_error_line(err))
     _print_summary(results, time.time() - start)
     return 0
 

@@ -65,11 +65,27 @@ def temp_path_for(path):
     return f"{head}/{name}" if head else name
 
 
+def naming(err: OSError, path) -> OSError:
+    """`err` with `path` as its file name when it has none (a failed write or close names no file)."""
+    if err.filename is not None:
+        return err
+    named = OSError(err.errno, err.strerror or str(err), str(path))  # the errno's subclass, e.g. PermissionError
+    named.__traceback__ = err.__traceback__
+    return named
+
+
 @contextlib.contextmanager
 def atomic_write(path):
-    """Yields a binary file object; the data appears under `path` only if the block completes."""
+    """Yields a binary file object; the data appears under `path` only if the block completes.
+
+    On any exception (a signal's included) the temporary file is removed; an OSError that names no
+    file (disk full on a write or on close) is raised naming `path`.
+    """
     tmp = temp_path_for(path)
-    f = _gfile().GFile(tmp, "wb") if is_remote(path) else open(tmp, "wb")
+    try:
+        f = _gfile().GFile(tmp, "wb") if is_remote(path) else open(tmp, "wb")
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from None
     try:
         with f:
             yield f
@@ -77,9 +93,11 @@ def atomic_write(path):
             _gfile().rename(tmp, path, overwrite=True)
         else:
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError, Exception):
             remove(tmp)
+        if isinstance(err, OSError):
+            raise naming(err, path) from None
         raise
 
 
