@@ -1,9 +1,12 @@
-"""create under faults: a busy save_dir, signals, a full disk.
+"""create under faults: a busy save_dir, signals, a full disk, long lines, compressed and binary input.
 
 Each test checks the exit status, the one-line message (with the path), what is left in save_dir and,
 where the run can be repeated, that the re-run's records equal an uninterrupted run's.
 """
 
+import bz2
+import gzip
+import lzma
 import os
 import signal
 import subprocess
@@ -253,3 +256,65 @@ def test_an_unwritable_save_dir_is_one_line_naming_it(tmp_path, sample_spm):
     assert result.returncode == 2
     assert error_lines(result.stderr) == [f"create: error: {save_dir}: {reason}"]
     assert "Traceback" not in result.stderr
+
+
+# ---- compressed and binary input ----
+
+def test_gzip_bzip2_and_xz_corpora_give_the_records_of_the_text(tmp_path, sample_spm):
+    texts = [p.read_bytes() for p in sorted(SAMPLE_CORPUS.glob("*.txt"))][:4]
+    names = ["a.txt", "b.txt", "c.txt", "d.txt"]
+    packings = [("a.txt.gz", gzip.compress), ("b.txt.bz2", bz2.compress), ("c.txt.xz", lzma.compress),
+                ("d.txt", gzip.compress)]  # the last misnamed: a format is told by its first bytes, not its name
+    for folder in ("plain", "packed"):
+        (tmp_path / folder).mkdir()
+    for name, (packed_name, compress), text in zip(names, packings, texts):
+        (tmp_path / "plain" / name).write_bytes(text)
+        (tmp_path / "packed" / packed_name).write_bytes(compress(text))
+    runs = {}
+    for folder in ("plain", "packed"):  # one task per file, so that each file's records are compared
+        runs[folder] = run_module("xlnet_data.create", *create_args(sample_spm, tmp_path / folder / "*",
+                                                                    tmp_path / f"out_{folder}", "--num_task=4",
+                                                                    "--num_workers=1"))
+        assert runs[folder].returncode == 0, runs[folder].stderr
+    assert "0 invalid UTF-8 lines replaced" in runs["packed"].stderr
+    assert len(listing(tmp_path / "out_packed" / "tfrecords")) == 8
+    assert_same_records(tmp_path / "out_plain", tmp_path / "out_packed")
+
+
+PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10\x00\x00\x00\x10\x08\x06\x00\x00\x00\x1f\xf3\xffa"
+       + bytes(range(256)) * 20)
+
+
+@pytest.mark.parametrize("name, data, message", [
+    ("image.png", PNG, "image.png:3: a NUL byte: this is not a text file"),  # after the signature's line breaks
+    ("random.bin", bytes((i * 7919 + 13) % 128 + 128 for i in range(5000)),
+     "random.bin:1: 77% of the bytes from here are not UTF-8: this is not a text file"),
+    ("text_then_nul.txt", b"A sentence.\nAnother one.\n\x00\x01\x02\n", "text_then_nul.txt:3: a NUL byte"),
+])
+def test_a_binary_file_is_refused_naming_it_unless_allowed(tmp_path, sample_spm, name, data, message):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text((SAMPLE_CORPUS / "austen_emma.txt").read_text())
+    (tmp_path / "in" / name).write_bytes(data)
+    result = run_module("xlnet_data.create", *create_args(sample_spm, tmp_path / "in" / "*", tmp_path / "out",
+                                                          "--num_workers=1"))
+    assert result.returncode == 2
+    [line] = error_lines(result.stderr)
+    assert line.startswith(f"create: error: {tmp_path / 'in' / name}") and message in line, line
+    assert "--allow_binary" in line
+    assert not (tmp_path / "out").exists()
+    allowed = run_module("xlnet_data.create", *create_args(sample_spm, tmp_path / "in" / "*", tmp_path / "out",
+                                                           "--num_workers=1", "--allow_binary"))
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_a_damaged_gzip_file_is_one_line_naming_it(tmp_path, sample_spm):
+    (tmp_path / "in").mkdir()
+    packed = gzip.compress((SAMPLE_CORPUS / "austen_emma.txt").read_bytes())
+    (tmp_path / "in" / "cut.txt.gz").write_bytes(packed[:len(packed) // 2])
+    result = run_module("xlnet_data.create", *create_args(sample_spm, tmp_path / "in" / "*", tmp_path / "out",
+                                                          "--num_workers=1"))
+    assert result.returncode == 2
+    assert error_lines(result.stderr) == [f"create: error: {tmp_path / 'in' / 'cut.txt.gz'}: damaged gzip data "
+                                          "(Compressed file ended before the end-of-stream marker was reached); "
+                                          "re-download or re-compress it"]
+    assert temporaries(tmp_path / "out") == [] and not [n for n in listing(tmp_path / "out") if "tfrecords" in n]

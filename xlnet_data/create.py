@@ -50,6 +50,9 @@ def define_flags():
                       "piece: spans of n pieces from a word start, as the original (may cut words); "
                       "word: spans of n whole words, as the paper describes.")
     flags.DEFINE_bool("strict", False, "Stop on a line that is not valid UTF-8 instead of replacing its bad bytes.")
+    flags.DEFINE_bool("allow_binary", False,
+                      "Read input files that look binary (a NUL byte, or mostly invalid UTF-8) as text instead of "
+                      "refusing them. gzip, bzip2 and xz files are always read decompressed.")
     flags.DEFINE_bool("overwrite", False,
                       "Redo units that are already complete, and accept a save_dir written with other flags.")
     flags.DEFINE_enum("runner", "local", ["local", "beam"],

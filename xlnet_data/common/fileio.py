@@ -5,9 +5,13 @@ through tf.io.gfile. Writes go to a temporary name in the same directory and are
 complete, so a reader never sees a half-written file under its final name.
 """
 
+import bz2
 import contextlib
 import glob as _glob
+import gzip
+import lzma
 import os
+import re
 import uuid
 
 TMP_MARK = ".tmp-"
@@ -51,6 +55,29 @@ def size(path):
 def open_read(path):
     """A binary file object for reading."""
     return _gfile().GFile(path, "rb") if is_remote(path) else open(path, "rb")
+
+
+# The formats a corpus file may come in, told by their first bytes (not by the file name, so that a
+# misnamed file is still read right): gzip, bzip2 (a block or the end-of-stream marker), xz.
+_COMPRESSED = (("gzip", re.compile(rb"\x1f\x8b"), lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")),
+               ("bzip2", re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), bz2.BZ2File),
+               ("xz", re.compile(rb"\xfd7zXZ\x00"), lzma.LZMAFile))
+
+
+@contextlib.contextmanager
+def open_decompressed(path):
+    """Yields (file, raw, compression): a binary file object reading `path`'s content, decompressed when
+    it is gzip, bzip2 or xz (compression is then "gzip", "bzip2" or "xz", else None); `raw` is the file
+    as stored, whose tell() is the position in the stored bytes."""
+    with open_read(path) as raw:
+        head = raw.read(10)
+        raw.seek(0)
+        for name, magic, opener in _COMPRESSED:
+            if magic.match(head):
+                with opener(raw) as f:
+                    yield f, raw, name
+                return
+        yield raw, raw, None
 
 
 def read_text(path):

@@ -82,7 +82,7 @@ def read_task_stream(config: CreateConfig, files, sp, result: UnitResult, on_pro
     for path in files:
         shard = corpus.read_shard(path, encoder, from_raw_text=config.from_raw_text, uncased=config.uncased,
                                   use_eod=config.use_eod, vocab_size=sp.get_piece_size(),
-                                  strict=config.strict, on_progress=on_progress)
+                                  strict=config.strict, allow_binary=config.allow_binary, on_progress=on_progress)
         if shard is None:
             log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)
             result.skipped_files += 1
@@ -189,7 +189,7 @@ class _NoBatches(Exception):
 def record_settings(config: CreateConfig):
     """What decides a unit's records beyond its file name; kept in record_info to recognise it on a re-run."""
     settings = dataclasses.asdict(config)
-    for run_only in ("save_dir", "pass_id", "num_passes", "task", "strict"):
+    for run_only in ("save_dir", "pass_id", "num_passes", "task", "strict", "allow_binary"):
         settings.pop(run_only)
     return settings
 
