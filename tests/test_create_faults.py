@@ -318,3 +318,16 @@ def test_a_damaged_gzip_file_is_one_line_naming_it(tmp_path, sample_spm):
                                           "(Compressed file ended before the end-of-stream marker was reached); "
                                           "re-download or re-compress it"]
     assert temporaries(tmp_path / "out") == [] and not [n for n in listing(tmp_path / "out") if "tfrecords" in n]
+
+
+def test_spm_train_on_a_full_disk_names_the_file_and_leaves_nothing(small_disk):
+    (small_disk / "filler").write_bytes(b"\0" * (4 * 2**20 - 100 * 1024))  # the model (~240 KB) does not fit
+    prefix = small_disk / "spm" / "sample"
+    result = run_module("xlnet_data.spm_train", f"--input={SAMPLE_CORPUS / 'austen_emma.txt'}",
+                        f"--model_prefix={prefix}", "--vocab_size=1000", "--num_threads=1")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    [line] = error_lines(result.stderr)
+    assert line in (f"spm_train: error: {prefix}.model: No space left on device",
+                    f"spm_train: error: {prefix}.vocab: No space left on device")
+    assert os.listdir(small_disk / "spm") == []  # no model, no vocab, no temporary file
