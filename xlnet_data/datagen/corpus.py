@@ -127,10 +127,12 @@ def _decode_lines(path, raw_block, stats, strict, allow_binary=False):
     return lines
 
 
-def check_first_block(path, strict=False, allow_binary=False):
-    """Reads `path`'s first block of lines as read_shard will, so that a binary, damaged or (with `strict`)
-    badly encoded file is refused before anything is written."""
-    next(_line_blocks(path, FileStats(), strict, allow_binary), None)
+def check_first_block(path, allow_binary=False):
+    """Reads `path`'s first block, so that a binary or damaged file is refused before anything is written
+    (read_shard checks every block; a cut multi-byte character at the block's end is too little to count)."""
+    with fileio.open_decompressed(path) as (f, _, compression):
+        block = _read_block(f, path, compression)
+    _decode_lines(path, block, FileStats(), strict=False, allow_binary=allow_binary)
 
 
 def _parse_ids(path, number, line, vocab_size):
