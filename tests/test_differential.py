@@ -94,3 +94,24 @@ def test_random_corpus_and_flags_match_the_original(seed, tmp_path):
         return
     assert_same_records(tmp_path / "original", tmp_path / "ours")
     print(f"seed {seed}: {sum(n for n, _ in infos.values())} batches identical; flags {flags}")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_long_lines_without_sentence_boundaries_match_the_original(seed, tmp_path):
+    """Rows with few sentence boundaries (lines of thousands of words) give the original's pairs."""
+    rng = random.Random(1000 + seed)
+    os.makedirs(tmp_path / "input")
+    lines = [" ".join(random_sentence(rng) for _ in range(rng.choice([1, 2, 30, 80]))) for _ in range(12)]
+    (tmp_path / "input" / "long.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = [f"--input_glob={tmp_path}/input/*.txt", f"--sp_path={XLNET_SPM}", "--seq_len=64", "--reuse_len=32",
+            "--bsz_per_host=4", "--num_core_per_host=1", "--use_tpu=False", "--num_predict=10",
+            f"--bi_data={seed != 1}", f"--pass_id={seed}"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    original = subprocess.run([sys.executable, str(SHARED / "tools" / "run_original.py"), *args,
+                               f"--save_dir={tmp_path}/original"], env=env, capture_output=True, text=True,
+                              timeout=600)
+    assert original.returncode == 0, original.stderr[-2000:]
+    ours = run_module("xlnet_data.create", *args, f"--save_dir={tmp_path}/ours", "--num_workers=1")
+    assert ours.returncode == 0, ours.stderr
+    assert sum(n for n, _ in record_infos(tmp_path / "original").values()) > 0
+    assert_same_records(tmp_path / "original", tmp_path / "ours")

@@ -54,7 +54,8 @@ def test_digit_comma_pieces_are_split(sp):
 
 def test_batched_encoding_equals_line_by_line(sp):
     encoder = text.Encoder(sp)
-    lines = ["In 1865, Alice fell.", "Prices: 1,000, 2,500, and 3,", "東京 and 한국어", "x", "", "café 19, 20,"]
+    lines = ["In 1865, Alice fell.", "Prices: 1,000, 2,500, and 3,", "東京 and 한국어", "x", "", "café 19, 20,", "",
+             "1,2,3,4, 5, 1999,2000,", "no numbers here", "7, " * 50]
     flat, lengths = encoder.encode_batch(lines)
     expected = [encoder.encode_original(line) for line in lines]
     assert lengths.tolist() == [len(e) for e in expected]

@@ -55,6 +55,12 @@ def fail(program, err) -> int:
     return 2
 
 
+def os_error_line(err: OSError) -> str:
+    """`<path>: <reason>` of an I/O error (disk full, permission, missing file, ...)."""
+    reason = err.strerror or str(err) or type(err).__name__
+    return f"{err.filename}: {reason}" if err.filename is not None else reason
+
+
 def run(main, program, doc, define_flags):
     """Defines the command's flags and runs `main` under absl. A bad or unknown flag is one line
     `program: error: ...` and exit status 2.

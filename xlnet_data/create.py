@@ -11,6 +11,8 @@ import time
 from absl import flags
 
 from xlnet_data import cli
+from xlnet_data.common import run_lock
+from xlnet_data.common.stopping import Stopped, stop_on_signals
 from xlnet_data.common.vocab import VocabError
 from xlnet_data.datagen import beam_runner
 from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, ConfigError, CreateConfig
@@ -47,6 +49,9 @@ def define_flags():
                       "piece: spans of n pieces from a word start, as the original (may cut words); "
                       "word: spans of n whole words, as the paper describes.")
     flags.DEFINE_bool("strict", False, "Stop on a line that is not valid UTF-8 instead of replacing its bad bytes.")
+    flags.DEFINE_bool("allow_binary", False,
+                      "Read input files that look binary (a NUL byte, or mostly invalid UTF-8) as text instead of "
+                      "refusing them. gzip, bzip2 and xz files are always read decompressed.")
     flags.DEFINE_bool("overwrite", False,
                       "Redo units that are already complete, and accept a save_dir written with other flags.")
     flags.DEFINE_enum("runner", "local", ["local", "beam"],
@@ -63,16 +68,21 @@ def main(argv):
     logging.getLogger().setLevel(logging.INFO)
     start = time.time()
     try:
-        config = cli.config_from_flags(CreateConfig).validate()
-        beam_args = None
-        if FLAGS.runner == "beam":  # Beam and its options are checked before anything is written
-            beam_args = beam_runner.pipeline_args(FLAGS.beam_runner, FLAGS.beam_options)
-        summary = create_records(config, overwrite=FLAGS.overwrite, num_workers=FLAGS.num_workers,
-                                 beam_args=beam_args)
-    except (ConfigError, CreateError, InputError, VocabError) as err:
+        with stop_on_signals():
+            config = cli.config_from_flags(CreateConfig).validate()
+            beam_args = None
+            if FLAGS.runner == "beam":  # Beam and its options are checked before anything is written
+                beam_args = beam_runner.pipeline_args(FLAGS.beam_runner, FLAGS.beam_options)
+            summary = create_records(config, overwrite=FLAGS.overwrite, num_workers=FLAGS.num_workers,
+                                     beam_args=beam_args)
+    except Stopped as stop:
+        cli.fail("create", f"stopped by {stop.name}; complete units are kept and nothing is half-written: "
+                           "run the same command again to do the rest")
+        return stop.exit_status
+    except (ConfigError, CreateError, InputError, VocabError, run_lock.SaveDirBusy) as err:
         return cli.fail("create", err)
     except OSError as err:
-        return cli.fail("create", f"{err.filename or ''}: {err.strerror or err}")
+        return cli.fail("create", cli.os_error_line(err))
     for r in summary.units:
         if r.skipped:
             log.warning("task %d pass %d: %s", r.unit.task, r.unit.pass_id, r.skipped)

@@ -5,9 +5,13 @@ through tf.io.gfile. Writes go to a temporary name in the same directory and are
 complete, so a reader never sees a half-written file under its final name.
 """
 
+import bz2
 import contextlib
 import glob as _glob
+import gzip
+import lzma
 import os
+import re
 import uuid
 
 TMP_MARK = ".tmp-"
@@ -53,6 +57,29 @@ def open_read(path):
     return _gfile().GFile(path, "rb") if is_remote(path) else open(path, "rb")
 
 
+# The formats a corpus file may come in, told by their first bytes (not by the file name, so that a
+# misnamed file is still read right): gzip, bzip2 (a block or the end-of-stream marker), xz.
+_COMPRESSED = (("gzip", re.compile(rb"\x1f\x8b"), lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")),
+               ("bzip2", re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), bz2.BZ2File),
+               ("xz", re.compile(rb"\xfd7zXZ\x00"), lzma.LZMAFile))
+
+
+@contextlib.contextmanager
+def open_decompressed(path):
+    """Yields (file, raw, compression): a binary file object reading `path`'s content, decompressed when
+    it is gzip, bzip2 or xz (compression is then "gzip", "bzip2" or "xz", else None); `raw` is the file
+    as stored, whose tell() is the position in the stored bytes."""
+    with open_read(path) as raw:
+        head = raw.read(10)
+        raw.seek(0)
+        for name, magic, opener in _COMPRESSED:
+            if magic.match(head):
+                with opener(raw) as f:
+                    yield f, raw, name
+                return
+        yield raw, raw, None
+
+
 def read_text(path):
     with open_read(path) as f:
         return f.read().decode("utf-8")
@@ -65,11 +92,27 @@ def temp_path_for(path):
     return f"{head}/{name}" if head else name
 
 
+def naming(err: OSError, path) -> OSError:
+    """`err` with `path` as its file name when it has none (a failed write or close names no file)."""
+    if err.filename is not None:
+        return err
+    named = OSError(err.errno, err.strerror or str(err), str(path))  # the errno's subclass, e.g. PermissionError
+    named.__traceback__ = err.__traceback__
+    return named
+
+
 @contextlib.contextmanager
 def atomic_write(path):
-    """Yields a binary file object; the data appears under `path` only if the block completes."""
+    """Yields a binary file object; the data appears under `path` only if the block completes.
+
+    On any exception (a signal's included) the temporary file is removed; an OSError that names no
+    file (disk full on a write or on close) is raised naming `path`.
+    """
     tmp = temp_path_for(path)
-    f = _gfile().GFile(tmp, "wb") if is_remote(path) else open(tmp, "wb")
+    try:
+        f = _gfile().GFile(tmp, "wb") if is_remote(path) else open(tmp, "wb")
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from None
     try:
         with f:
             yield f
@@ -77,9 +120,11 @@ def atomic_write(path):
             _gfile().rename(tmp, path, overwrite=True)
         else:
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError, Exception):
             remove(tmp)
+        if isinstance(err, OSError):
+            raise naming(err, path) from None
         raise
 
 

@@ -39,6 +39,7 @@ class CreateConfig:
     task: Optional[int] = None  # None: every task of `num_task`
     span_unit: str = "piece"
     strict: bool = False  # invalid UTF-8 stops the run instead of being replaced
+    allow_binary: bool = False  # read files with NUL bytes or mostly invalid UTF-8 instead of refusing them
 
     @property
     def num_core(self) -> int:

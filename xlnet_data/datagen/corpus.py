@@ -3,6 +3,8 @@
 import dataclasses
 import itertools
 import logging
+import lzma
+import zlib
 from collections.abc import Callable
 from typing import Optional
 
@@ -49,29 +51,55 @@ def task_files(paths, task, num_task):
     return sorted(paths)[task::num_task]
 
 
-def _line_blocks(path, stats, strict):
-    """Yields (number of the first line, decoded lines, bytes read) a block at a time; lines are cut at
-    b"\\n" only, as tf.gfile does, and invalid UTF-8 is replaced (or fatal when strict)."""
-    rest = b""
-    with fileio.open_read(path) as f:
+BINARY_INVALID_SHARE = 0.3  # a block whose bytes are this much invalid UTF-8 is not text
+_BINARY_HINT = "this is not a text file; take it out of --input_glob, or pass --allow_binary to read it anyway"
+
+
+def _read_block(f, path, compression):
+    """The next block of `f`; damaged compressed data is an InputError naming the file."""
+    try:
+        return f.read(READ_BLOCK_BYTES)
+    except (EOFError, lzma.LZMAError, zlib.error) as err:
+        raise InputError(f"{path}: damaged {compression} data ({err}); re-download or re-compress it") from None
+    except OSError as err:
+        if err.errno is None and compression:  # gzip.BadGzipFile, bz2's "Invalid data stream"
+            raise InputError(f"{path}: damaged {compression} data ({err}); re-download or re-compress it") from None
+        raise fileio.naming(err, path) from None
+
+
+def _line_blocks(path, stats, strict, allow_binary=False):
+    """Yields (number of the first line, decoded lines, stored bytes read) a block at a time; lines are cut
+    at b"\\n" only, as tf.gfile does, and invalid UTF-8 is replaced (or fatal when strict). gzip, bzip2
+    and xz files are read decompressed. A block with a NUL byte, or mostly invalid UTF-8, is an
+    InputError unless `allow_binary`."""
+    pending = []  # the start of a line that no block read so far ends (a long line: joined once, at its end)
+    position = 0
+    with fileio.open_decompressed(path) as (f, raw, compression):
         while True:
-            block = f.read(READ_BLOCK_BYTES)
+            block = _read_block(f, path, compression)
             if not block:
                 break
-            block = rest + block
             cut = block.rfind(b"\n") + 1
-            rest = block[cut:]
-            if cut:
-                first = stats.lines + 1
-                yield first, _decode_lines(path, block[:cut - 1], stats, strict), cut
-    if rest:
-        first = stats.lines + 1
-        yield first, _decode_lines(path, rest, stats, strict), len(rest)
+            if not cut:
+                pending.append(block)
+                continue
+            first = stats.lines + 1
+            lines = _decode_lines(path, b"".join([*pending, block[:cut - 1]]), stats, strict, allow_binary)
+            pending = [block[cut:]]
+            done, position = position, raw.tell()
+            yield first, lines, position - done
+        rest = b"".join(pending)
+        if rest:
+            first = stats.lines + 1
+            yield first, _decode_lines(path, rest, stats, strict, allow_binary), raw.tell() - position
 
 
-def _decode_lines(path, raw_block, stats, strict):
+def _decode_lines(path, raw_block, stats, strict, allow_binary=False):
     """The lines of a block (without its last line break)."""
     first_line = stats.lines + 1
+    if not allow_binary and b"\0" in raw_block:
+        number = first_line + raw_block.count(b"\n", 0, raw_block.index(b"\0"))
+        raise InputError(f"{path}:{number}: a NUL byte: {_BINARY_HINT}")
     try:
         lines = raw_block.decode("utf-8").split("\n")
         stats.lines += len(lines)
@@ -79,7 +107,6 @@ def _decode_lines(path, raw_block, stats, strict):
     except UnicodeDecodeError:
         pass
     raw_lines = raw_block.split(b"\n")
-    stats.lines += len(raw_lines)
     lines = []
     for number, raw in enumerate(raw_lines, first_line):
         try:
@@ -91,7 +118,21 @@ def _decode_lines(path, raw_block, stats, strict):
             stats.invalid_utf8_lines += 1
             stats.first_invalid_line = stats.first_invalid_line or number
             lines.append(raw.decode("utf-8", errors="replace"))
+    if not allow_binary:
+        invalid = sum(line.count("\ufffd") for line in lines) - raw_block.count("\ufffd".encode())
+        if invalid > BINARY_INVALID_SHARE * len(raw_block):
+            raise InputError(f"{path}:{first_line}: {100 * invalid / len(raw_block):.0f}% of the bytes from here "
+                             f"are not UTF-8: {_BINARY_HINT}")
+    stats.lines += len(raw_lines)
     return lines
+
+
+def check_first_block(path, allow_binary=False):
+    """Reads `path`'s first block, so that a binary or damaged file is refused before anything is written
+    (read_shard checks every block; a cut multi-byte character at the block's end is too little to count)."""
+    with fileio.open_decompressed(path) as (f, _, compression):
+        block = _read_block(f, path, compression)
+    _decode_lines(path, block, FileStats(), strict=False, allow_binary=allow_binary)
 
 
 def _parse_ids(path, number, line, vocab_size):
@@ -134,9 +175,12 @@ def _encode_block(lines, first, path, encoder, *, from_raw_text, uncased, use_eo
 
 
 def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab_size, strict=False,
-               on_progress: Optional[Callable[[int, int, int], None]] = None):
+               allow_binary=False, on_progress: Optional[Callable[[int, int, int], None]] = None):
     """Reads one file into a Shard, or None when it has no lines or no ids (the original skips the former
     and crashes on the latter). `on_progress(lines, tokens, bytes)` is called after every block of lines.
+
+    gzip, bzip2 and xz files are read decompressed; a binary file (NUL bytes, or mostly invalid UTF-8)
+    is an InputError naming it unless `allow_binary`.
 
     Flags start True and flip after every line; a blank line with `use_eod` becomes <eod>, flipped
     before and after, so it keeps the flag of the sentence before it and the next sentence flips.
@@ -144,7 +188,7 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
     stats = FileStats()
     ids_chunks, flag_chunks = [], []
     sent_id = True
-    for first, lines, nbytes in _line_blocks(path, stats, strict):
+    for first, lines, nbytes in _line_blocks(path, stats, strict, allow_binary):
         long_lines = [i for i, line in enumerate(lines) if len(line) > LONG_LINE_CHARS]
         if long_lines and not stats.long_lines:
             log.warning("%s:%d: a line of %d characters (kept; is the file one sentence per line?)",

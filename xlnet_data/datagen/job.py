@@ -1,9 +1,11 @@
 """A whole `create` run as one call: check and plan, write corpus_info.json, run the units, sum them up."""
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import Optional
 
+from xlnet_data.common import run_lock
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import make_plan, prepare_save_dir
 from xlnet_data.datagen.units import UnitResult
@@ -34,20 +36,38 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
     """Makes the records of `config` (a validated CreateConfig) in config.save_dir; returns the summary.
     Local paths in it are made absolute first (corpus_info.json records them so).
 
-    Units already complete are skipped unless `overwrite`. Runs on local worker processes
-    (`num_workers`, default: the CPU count), or as an Apache Beam pipeline with options `beam_args`
-    (beam_runner.pipeline_args makes and checks them, e.g. ["--runner=DirectRunner"]). Raises
+    The save_dir is locked for the run (a second run on it raises run_lock.SaveDirBusy) and the stale
+    temporary files of killed runs are removed. Units already complete are skipped unless `overwrite`.
+    Runs on local worker processes (`num_workers`, default: the CPU count), or as an Apache Beam
+    pipeline with options `beam_args` (beam_runner.pipeline_args makes and checks them, e.g.
+    ["--runner=DirectRunner"]). Raises
     ConfigError, CreateError, InputError or VocabError with a one-line message, before anything is
     written where it can.
     """
     # Absolute before the plan lists the files: a Beam or cluster worker has another working directory.
     config = config.with_absolute_paths()
-    plan = make_plan(config, overwrite)
-    prepare_save_dir(config, plan)
-    if beam_args is not None:
-        from xlnet_data.datagen.beam_runner import run_beam
-        results = run_beam(config, plan, beam_args)
-    else:
-        from xlnet_data.datagen.local_runner import run_local
-        results = run_local(config, plan, num_workers=num_workers)
+    run_lock.refuse_if_busy(config.save_dir)  # first: what a busy save_dir holds is in flux
+    _check_before_locking(config, overwrite)
+    with run_lock.hold(config.save_dir):
+        plan = make_plan(config, overwrite)  # again: another run may have ended meanwhile
+        run_lock.remove_stale_temporaries(config.save_dir)
+        prepare_save_dir(config, plan)
+        if beam_args is not None:
+            from xlnet_data.datagen.beam_runner import run_beam
+            results = run_beam(config, plan, beam_args)
+        else:
+            from xlnet_data.datagen.local_runner import run_local
+            results = run_local(config, plan, num_workers=num_workers)
     return CreateSummary(tuple(results))
+
+
+def _check_before_locking(config, overwrite):
+    """make_plan's checks (it writes nothing) before the lock makes the save_dir, so that a bad flag or
+    input leaves no folder behind; quietly, since the plan that runs is made again under the lock."""
+    log = logging.getLogger("xlnet_data")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        make_plan(config, overwrite)
+    finally:
+        log.setLevel(level)

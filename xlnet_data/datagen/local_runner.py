@@ -4,6 +4,8 @@ import ctypes
 import logging
 import multiprocessing
 import os
+import signal
+import sys
 import threading
 
 from xlnet_data.common.progress import Progress
@@ -14,6 +16,7 @@ from xlnet_data.datagen.plan import Plan
 
 _counters = None  # shared by the workers: [lines, tokens, records, bytes read]
 _encode_threads = -1  # SentencePiece threads per worker: the cores shared out among the workers
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def release_freed_memory_promptly():
@@ -33,6 +36,45 @@ def _init_worker(counters, encode_threads):
     _counters, _encode_threads = counters, encode_threads
     release_freed_memory_promptly()
     logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(message)s")
+
+
+def _exit_on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent's terminate() may send another while we clean up
+    sys.exit(128 + signum)  # unwinds the unit: its temporary file is removed (fileio.atomic_write)
+
+
+def _stop_with_parent(parent_pid):
+    """SIGTERM when the parent process ends, however it ends (Linux; elsewhere the parent's own
+    SIGINT/SIGTERM handling stops the pool, but a SIGKILLed parent leaves the workers running)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # the parent ended before prctl: the signal will never come
+        sys.exit(128 + signal.SIGTERM)
+
+
+def _init_worker_process(parent_pid, counters, encode_threads):
+    """A worker process stops with its parent: Ctrl-C (SIGINT to the whole process group) is left to the
+    parent, which terminates the pool (SIGTERM); SIGTERM unwinds the current unit and exits quietly.
+    The signals were blocked since the process started (see _start_pool); one that came meanwhile is
+    handled when they are unblocked here."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    _stop_with_parent(parent_pid)
+    _init_worker(counters, encode_threads)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
+def _start_pool(context, num_workers, counters, encode_threads):
+    """A pool of worker processes, started with SIGINT and SIGTERM blocked (the workers inherit the mask
+    and unblock them once their handlers are set: no signal can interrupt their start-up)."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        return context.Pool(num_workers, initializer=_init_worker_process,
+                            initargs=(os.getpid(), counters, encode_threads))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _count_input(lines, tokens, nbytes):
@@ -75,15 +117,17 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
         while not stop.wait(0.5):
             progress.update(counters[0], counters[1], counters[2], counters[3], len(done), len(todo))
 
+    # The pool starts before any thread of ours: its workers and threads begin with the signals blocked.
+    pool = _start_pool(context, num_workers, counters, encode_threads) if num_workers > 1 else None
     reporter = threading.Thread(target=report, daemon=True)
     reporter.start()
     try:
-        if num_workers == 1:
+        if pool is None:
             _init_worker(counters, encode_threads)
             for unit, files in todo:
                 done.append(_run_unit(config, unit, files))
         else:
-            with context.Pool(num_workers, initializer=_init_worker, initargs=(counters, encode_threads)) as pool:
+            with pool:  # a signal to this process (see stopping.py) leaves the `with`, which terminates the pool
                 for result in pool.imap_unordered(_run_unit_job, [(config, unit, files) for unit, files in todo]):
                     done.append(result)  # as each finishes, so that the progress line counts units
     finally:

@@ -1,4 +1,11 @@
-"""A/B segment pairs: the original's `_split_a_and_b` (with `extend_target`), drawing from Python's `random`."""
+"""A/B segment pairs: the original's `_split_a_and_b` (with `extend_target`), drawing from Python's `random`.
+
+The original scans the row from the A/B start to the next sentence boundary past `tot_len`, widens a
+random B to whole sentences token by token, and trims one token at a time; on a row with few
+sentence boundaries (a long line) every step then walks the rest of the row: quadratic time. Here
+the row's boundaries are listed once (`row_boundaries`) and every one of those walks is a binary
+search or a closed form, with the same results and the same random draws.
+"""
 
 import numba
 import numpy as np
@@ -7,27 +14,70 @@ from xlnet_data.datagen.rng import next_double, python_randbelow
 
 
 @numba.njit(cache=True)
-def split_a_and_b(data, sent_ids, begin_idx, tot_len, py_mt, cut_points):
-    """Chooses A and B of at most `tot_len` tokens together, from `begin_idx` of one row.
+def row_boundaries(sent_ids):
+    """The sentence boundaries of every row of `sent_ids` [num_rows, row_len], both ways.
 
-    Returns (ok, a_begin, a_end, b_begin, b_end, label). Cut points are sentence boundaries; with
-    label 1 B is what follows A, with label 0 B is a random stretch of the row widened to whole
-    sentences. The longer side is trimmed from its end until both fit. `ok` is False when the row
-    has no room left (the original returns None there). `cut_points` is scratch of tot_len + 1 slots.
+    Returns (bounds, offsets): row k's boundaries, ascending, are bounds[offsets[k]:offsets[k + 1]],
+    for k < num_rows the row read forwards and for k = num_rows + r row r reversed. Position e is a
+    boundary when sent_ids[e] != sent_ids[e - 1] (in that direction).
     """
-    data_len = data.shape[0]
+    num_rows, row_len = sent_ids.shape
+    counts = np.zeros(num_rows, dtype=np.int64)
+    for r in range(num_rows):
+        for e in range(1, row_len):
+            if sent_ids[r, e] != sent_ids[r, e - 1]:
+                counts[r] += 1
+    offsets = np.zeros(2 * num_rows + 1, dtype=np.int64)
+    for k in range(2 * num_rows):
+        offsets[k + 1] = offsets[k] + counts[k % num_rows]
+    bounds = np.empty(offsets[-1], dtype=np.int64)
+    for r in range(num_rows):
+        fwd, back = offsets[r], offsets[num_rows + r + 1]
+        for e in range(1, row_len):
+            if sent_ids[r, e] != sent_ids[r, e - 1]:
+                bounds[fwd] = e
+                fwd += 1
+                back -= 1
+                bounds[back] = row_len - e  # the same boundary, counted from the other end
+    return bounds, offsets
+
+
+@numba.njit(cache=True)
+def _trim(a_len, b_len, tot_len):
+    """The original's trimming loop in closed form: while A + B > tot_len, drop a token from the longer
+    side (from B on a tie). Returns (a_len, b_len)."""
+    excess = a_len + b_len - tot_len
+    if excess <= 0:
+        return a_len, b_len
+    if a_len > b_len:
+        cut = min(a_len - b_len, excess)
+        a_len -= cut
+        excess -= cut
+    elif b_len > a_len:
+        cut = min(b_len - a_len, excess)
+        b_len -= cut
+        excess -= cut
+    # equal now: B loses one, then A, then B, ...
+    return a_len - excess // 2, b_len - (excess - excess // 2)
+
+
+@numba.njit(cache=True)
+def split_a_and_b(data_len, bounds, begin_idx, tot_len, py_mt):
+    """Chooses A and B of at most `tot_len` tokens together, from `begin_idx` of one row of `data_len`
+    tokens whose sentence boundaries are `bounds` (ascending, see row_boundaries).
+
+    Returns (ok, a_begin, a_end, b_begin, b_end, label). Cut points are the boundaries less than
+    `tot_len` after `begin_idx`; with label 1 B is what follows A up to the next boundary, with label 0
+    B is a random stretch of the row widened to whole sentences. The longer side is trimmed from its
+    end until both fit. `ok` is False when the row has no room left (the original returns None there).
+    """
     if begin_idx + tot_len >= data_len:
         return False, 0, 0, 0, 0, 0
 
-    end_idx = begin_idx + 1
-    num_cuts = 0
-    while end_idx < data_len:
-        if sent_ids[end_idx] != sent_ids[end_idx - 1]:
-            if end_idx - begin_idx >= tot_len:
-                break
-            cut_points[num_cuts] = end_idx
-            num_cuts += 1
-        end_idx += 1
+    first_cut = np.searchsorted(bounds, begin_idx, side="right")
+    after_cuts = np.searchsorted(bounds, begin_idx + tot_len, side="left")
+    num_cuts = after_cuts - first_cut
+    end_idx = bounds[after_cuts] if after_cuts < bounds.shape[0] else data_len  # first boundary past tot_len
 
     a_begin = begin_idx
     if num_cuts == 0 or next_double(py_mt) < 0.5:
@@ -35,31 +85,26 @@ def split_a_and_b(data, sent_ids, begin_idx, tot_len, py_mt, cut_points):
         if num_cuts == 0:
             a_end = end_idx
         else:
-            a_end = cut_points[python_randbelow(py_mt, num_cuts)]
+            a_end = bounds[first_cut + python_randbelow(py_mt, num_cuts)]
         b_len = max(1, tot_len - (a_end - a_begin))
         # random.randint(0, data_len - 1 - b_len); `- 1` leaves room for the extended target
         b_begin = python_randbelow(py_mt, data_len - b_len)
         b_end = b_begin + b_len
-        while b_begin > 0 and sent_ids[b_begin - 1] == sent_ids[b_begin]:
-            b_begin -= 1
-        while b_end < data_len - 1 and sent_ids[b_end - 1] == sent_ids[b_end]:
-            b_end += 1
+        # widen B to its sentence's start (a boundary, or 0) and its end (a boundary, or data_len - 1;
+        # every boundary is below data_len)
+        before = np.searchsorted(bounds, b_begin, side="right")
+        b_begin = bounds[before - 1] if before > 0 else 0
+        after = np.searchsorted(bounds, b_end, side="left")
+        b_end = bounds[after] if after < bounds.shape[0] else data_len - 1
     else:
         label = 1
-        a_end = cut_points[python_randbelow(py_mt, num_cuts)]
+        a_end = bounds[first_cut + python_randbelow(py_mt, num_cuts)]
         b_begin = a_end
         b_end = end_idx
 
-    while a_end - a_begin + b_end - b_begin > tot_len:
-        if a_end - a_begin > b_end - b_begin:
-            a_end -= 1  # trim from the right: the LM objective reads left to right
-        else:
-            b_end -= 1
+    a_len, b_len = _trim(a_end - a_begin, b_end - b_begin, tot_len)  # the LM objective reads left to right
+    a_end, b_end = a_begin + a_len, b_begin + b_len
 
     if a_end >= data_len or b_end >= data_len:  # no token left for the extended target
         return False, 0, 0, 0, 0, 0
     return True, a_begin, a_end, b_begin, b_end, label
-
-
-def new_cut_points(tot_len):
-    return np.empty(tot_len + 1, dtype=np.int64)

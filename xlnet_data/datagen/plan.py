@@ -73,6 +73,7 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
         if not fileio.is_remote(path) and not (os.path.isfile(path) and os.access(path, os.R_OK)):
             why = "is not a file" if not os.path.isfile(path) else "cannot be read (permissions)"
             raise InputError(f"{path} {why}; fix --input_glob={config.input_glob} or the file")
+        corpus.check_first_block(path, config.allow_binary)
     info = units.corpus_info(config, sp.get_piece_size())
     _check_save_dir(config, info, overwrite)
     todo = []

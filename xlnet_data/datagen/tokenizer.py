@@ -7,6 +7,7 @@ and verify_model checks <unk>=0 <s>=1 </s>=2 <cls>=3 <sep>=4 <pad>=5 <mask>=6 <e
 `<eop>` glued to the end of a sentence comes out as its own id 8. The command is xlnet_data/spm_train.py.
 """
 
+import contextlib
 import dataclasses
 import glob
 import os
@@ -14,7 +15,7 @@ import re
 
 import sentencepiece as spm
 
-from xlnet_data.common import vocab
+from xlnet_data.common import fileio, vocab
 
 # The original README's spm_train symbols. Control symbols take ids 3..7 after
 # <unk>, <s>, </s>; user-defined ones follow, so <eop> gets 8.
@@ -82,6 +83,8 @@ def _validate(config):
     for path in config.input_files:
         if not os.path.isfile(path):
             raise SpmTrainError(f"no such input file: {path}")
+        if not os.access(path, os.R_OK):
+            raise SpmTrainError(f"{path}: Permission denied (an input file)")
     if config.model_type not in MODEL_TYPES:
         why = (" (a word model keeps <eop> glued to the word before it, losing the paragraph ends)"
                if config.model_type == "word" else "")
@@ -143,27 +146,56 @@ def verify_model(path):
     return sp
 
 
+OUTPUT_SUFFIXES = (".model", ".vocab")  # SentencePiece writes them in this order
+
+
+def _write_failure(err, tmp_prefix, model_prefix):
+    """One line naming the output file SentencePiece failed to write (it says only which line of its code
+    failed), with the reason where it can be told (a full disk); None when no output was begun."""
+    begun = [suffix for suffix in OUTPUT_SUFFIXES if os.path.exists(tmp_prefix + suffix)]
+    if not begun:
+        return None
+    stats = os.statvfs(os.path.dirname(os.path.abspath(tmp_prefix)))
+    reason = "No space left on device" if stats.f_bavail == 0 else f"could not be written ({_explain(err)})"
+    return f"{model_prefix}{begun[-1]}: {reason}"
+
+
 def train_sentencepiece(config):
-    """Trains `<model_prefix>.model` and `.vocab` as `config` says, checks it; returns the .model path."""
+    """Trains `<model_prefix>.model` and `.vocab` as `config` says, checks it; returns the .model path.
+
+    SentencePiece writes both under a temporary prefix beside them, renamed when it is done: a failed
+    or interrupted training leaves neither a half-written model nor its temporary files.
+    """
     _validate(config)
     _prepare_output_dir(config.model_prefix)
+    tmp_prefix = fileio.temp_path_for(config.model_prefix)
     try:
-        spm.SentencePieceTrainer.train(
-            input=list(config.input_files),
-            model_prefix=config.model_prefix,
-            vocab_size=config.vocab_size,
-            model_type=config.model_type,
-            character_coverage=config.character_coverage,
-            input_sentence_size=config.input_sentence_size,
-            shuffle_input_sentence=config.shuffle_input_sentence,
-            hard_vocab_limit=config.hard_vocab_limit,
-            num_threads=config.num_threads,
-            control_symbols=list(CONTROL_SYMBOLS),
-            user_defined_symbols=list(USER_DEFINED_SYMBOLS),
-            minloglevel=0 if config.verbose else 1,
-        )
-    except (RuntimeError, OSError) as err:
-        raise SpmTrainError(_explain(err)) from None
+        try:
+            spm.SentencePieceTrainer.train(
+                input=list(config.input_files),
+                model_prefix=tmp_prefix,
+                vocab_size=config.vocab_size,
+                model_type=config.model_type,
+                character_coverage=config.character_coverage,
+                input_sentence_size=config.input_sentence_size,
+                shuffle_input_sentence=config.shuffle_input_sentence,
+                hard_vocab_limit=config.hard_vocab_limit,
+                num_threads=config.num_threads,
+                control_symbols=list(CONTROL_SYMBOLS),
+                user_defined_symbols=list(USER_DEFINED_SYMBOLS),
+                minloglevel=0 if config.verbose else 1,
+            )
+        except (RuntimeError, OSError) as err:
+            raise SpmTrainError(_write_failure(err, tmp_prefix, config.model_prefix) or _explain(err)) from None
+        for suffix in OUTPUT_SUFFIXES:
+            try:
+                os.replace(tmp_prefix + suffix, config.model_prefix + suffix)
+            except OSError as err:
+                raise SpmTrainError(f"{config.model_prefix}{suffix}: {err.strerror}") from None
+    finally:
+        for suffix in OUTPUT_SUFFIXES:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp_prefix + suffix)
     path = config.model_prefix + ".model"
     verify_model(path)
     return path

@@ -18,7 +18,7 @@ from xlnet_data.common.vocab import CLS_ID, SEP_ID, start_piece_table
 from xlnet_data.datagen import corpus, layout, rng
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.masking import ngram_cdf, sample_mask
-from xlnet_data.datagen.pairing import new_cut_points, split_a_and_b
+from xlnet_data.datagen.pairing import row_boundaries, split_a_and_b
 from xlnet_data.datagen.text import Encoder
 
 log = logging.getLogger("xlnet_data")
@@ -86,7 +86,7 @@ def read_task_stream(config: CreateConfig, files, sp, result: UnitResult, on_pro
     for path in files:
         shard = corpus.read_shard(path, encoder, from_raw_text=config.from_raw_text, uncased=config.uncased,
                                   use_eod=config.use_eod, vocab_size=sp.get_piece_size(),
-                                  strict=config.strict, on_progress=on_progress)
+                                  strict=config.strict, allow_binary=config.allow_binary, on_progress=on_progress)
         if shard is None:
             log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)
             result.skipped_files += 1
@@ -103,15 +103,17 @@ def read_task_stream(config: CreateConfig, files, sp, result: UnitResult, on_pro
 
 
 @numba.njit(cache=True)
-def _write_steps(data, sent_ids, source, reverse, first_step, max_steps, seq_len, reuse_len, goal_mem,
-                 goal_ab, mask_alpha, mask_beta, word_spans, is_start, cdf, np_mt, py_mt, cut_points,
+def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_steps, seq_len, reuse_len, goal_mem,
+                 goal_ab, mask_alpha, mask_beta, word_spans, is_start, cdf, np_mt, py_mt,
                  keys, key_lengths, crc_table, buf):
     """Serialises up to `max_steps` steps (one example per row each) from step `first_step` into `buf`.
 
     Returns (steps written, bytes written, done). `done` is True once the rows are used up or a row
-    cannot give A/B any more; the original drops that whole step and stops there.
+    cannot give A/B any more; the original drops that whole step and stops there. `bounds` and
+    `bound_offsets` are the rows' sentence boundaries (pairing.row_boundaries).
     """
     bsz = source.shape[0]
+    num_rows = data.shape[0]
     row_len = data.shape[1]
     tot_len = seq_len - reuse_len - 3
     values = np.zeros((5, seq_len), dtype=np.int64)
@@ -126,9 +128,9 @@ def _write_steps(data, sent_ids, source, reverse, first_step, max_steps, seq_len
         for r in range(bsz):
             direction = -1 if reverse[r] else 1
             row = data[source[r]][::direction]
-            row_sent_ids = sent_ids[source[r]][::direction]
+            k = source[r] + num_rows if reverse[r] else source[r]
             ok, a_begin, a_end, b_begin, b_end, label = split_a_and_b(
-                row, row_sent_ids, i + reuse_len, tot_len, py_mt, cut_points)
+                row_len, bounds[bound_offsets[k]:bound_offsets[k + 1]], i + reuse_len, tot_len, py_mt)
             if not ok:
                 return step, step_start, True
             inp, tgt, seg = values[0], values[2], values[3]
@@ -168,13 +170,14 @@ def write_unit_records(config: CreateConfig, rows: layout.Rows, is_start, np_mt,
     bsz = rows.source.shape[0]
     steps_per_chunk = max(1, CHUNK_BYTES // (bsz * records.max_record_bytes(config.seq_len)))
     buf = np.empty(steps_per_chunk * bsz * records.max_record_bytes(config.seq_len), dtype=np.uint8)
-    cdf, cut_points = ngram_cdf(), new_cut_points(config.tot_len)
+    cdf = ngram_cdf()
+    bounds, bound_offsets = row_boundaries(rows.sent_ids)
     num_batch, done = 0, False
     while not done:
         steps, nbytes, done = _write_steps(
-            rows.data, rows.sent_ids, rows.source, rows.reverse, num_batch, steps_per_chunk, config.seq_len,
+            rows.data, bounds, bound_offsets, rows.source, rows.reverse, num_batch, steps_per_chunk, config.seq_len,
             config.reuse_len, goal_mem, goal_ab, config.mask_alpha, config.mask_beta,
-            config.span_unit == "word", is_start, cdf, np_mt, py_mt, cut_points, records.FEATURE_KEYS,
+            config.span_unit == "word", is_start, cdf, np_mt, py_mt, records.FEATURE_KEYS,
             records.FEATURE_KEY_LENGTHS, records.CRC32C_TABLE, buf)
         out.write(buf[:nbytes].tobytes())  # bytes: tf.io.gfile (remote paths) takes no memoryview
         num_batch += steps
@@ -190,7 +193,7 @@ class _NoBatches(Exception):
 def record_settings(config: CreateConfig):
     """What decides a unit's records beyond its file name; kept in record_info to recognise it on a re-run."""
     settings = dataclasses.asdict(config)
-    for run_only in ("save_dir", "pass_id", "num_passes", "task", "strict"):
+    for run_only in ("save_dir", "pass_id", "num_passes", "task", "strict", "allow_binary"):
         settings.pop(run_only)
     return settings
 
