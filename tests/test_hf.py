@@ -88,7 +88,7 @@ def _ours(model, batches, mems):
         out = model.plm_loss(features, mems)
         mems = out.new_mems
         losses.append(out.token_loss.numpy())
-        all_mems.append([mem.numpy() for mem in mems])
+        all_mems.append([mem.numpy() for mem in mems or []])
     return losses, all_mems
 
 
@@ -98,7 +98,7 @@ def _transformers(export_dir, batches, mems):
     from transformers import XLNetLMHeadModel
 
     model = XLNetLMHeadModel.from_pretrained(str(export_dir)).eval()
-    mems = [torch.from_numpy(np.asarray(mem)) for mem in mems]
+    mems = None if mems is None else [torch.from_numpy(np.asarray(mem)) for mem in mems]
     losses, all_mems = [], []
     for features in batches:
         with torch.no_grad():
@@ -110,8 +110,8 @@ def _transformers(export_dir, batches, mems):
         log_probs = torch.log_softmax(out.logits, dim=-1)
         target = torch.from_numpy(features["target"]).long()
         losses.append(-log_probs.gather(-1, target[..., None])[..., 0].numpy())
-        mems = out.mems
-        all_mems.append([mem.numpy() for mem in mems])
+        mems = out.mems if model.config.mem_len else None  # without mem_len, Transformers returns all states
+        all_mems.append([mem.numpy() for mem in mems or []])
     return losses, all_mems
 
 
