@@ -214,6 +214,49 @@ def test_a_misshapen_or_missing_tensor_is_named(trained):
         hf.from_hf(tensors, config, "x")
 
 
+def test_a_bare_xlnet_model_save_imports_with_a_zero_lm_bias(trained, tmp_path):
+    """Transformers' XLNetModel saves its tensors without "transformer." and has no LM head."""
+    _, export_dir, _ = trained
+    from safetensors import numpy as st_numpy
+    tensors = hf.read_tensors(str(export_dir))
+    bare = {name.removeprefix("transformer."): value for name, value in tensors.items() if name != "lm_loss.bias"}
+    st_numpy.save_file(bare, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    shutil.copy(export_dir / "config.json", tmp_path / "config.json")
+    config, _ = hf.read_config(str(tmp_path))
+    weights = hf.load_weights(str(tmp_path), config)
+    np.testing.assert_array_equal(weights["model/lm_loss/bias"], np.zeros(1000, np.float32))
+    np.testing.assert_array_equal(weights["model/transformer/layer_1/rel_attn/k/kernel"],
+                                  tensors["transformer.layer.1.rel_attn.k"])
+
+
+def test_sharded_and_bfloat16_weights_are_read(trained, tmp_path):
+    """Shards listed in model.safetensors.index.json; a bfloat16 tensor becomes float32."""
+    _, export_dir, _ = trained
+    from safetensors import numpy as st_numpy
+    tensors = hf.read_tensors(str(export_dir))
+    names = sorted(name for name in tensors if name != "transformer.mask_emb")
+    shards = {"model-00001-of-00003.safetensors": names[:10], "model-00002-of-00003.safetensors": names[10:]}
+    for shard, shard_names in shards.items():
+        st_numpy.save_file({name: tensors[name] for name in shard_names}, str(tmp_path / shard))
+    # mask_emb in bfloat16, written by hand in safetensors' layout (8-byte header size, JSON header, data):
+    # small integers, which bfloat16 holds exactly (a float32's upper 16 bits).
+    values = np.arange(32, dtype=np.float32) - 16
+    header = json.dumps({"transformer.mask_emb": {"dtype": "BF16", "shape": [1, 1, 32], "data_offsets": [0, 64]}})
+    (tmp_path / "model-00003-of-00003.safetensors").write_bytes(
+        len(header).to_bytes(8, "little") + header.encode() + (values.view(np.uint32) >> 16).astype("<u2").tobytes())
+    weight_map = {name: shard for shard, shard_names in shards.items() for name in shard_names}
+    weight_map["transformer.mask_emb"] = "model-00003-of-00003.safetensors"
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    shutil.copy(export_dir / "config.json", tmp_path / "config.json")
+    assert hf.is_hf_dir(str(tmp_path))
+    config, _ = hf.read_config(str(tmp_path))
+    weights = hf.load_weights(str(tmp_path), config)
+    assert weights["model/transformer/mask_emb/mask_emb"].dtype == np.float32
+    np.testing.assert_array_equal(weights["model/transformer/mask_emb/mask_emb"], values.reshape(1, 1, 32))
+    np.testing.assert_array_equal(weights["model/transformer/layer_0/ff/layer_2/kernel"],
+                                  tensors["transformer.layer.0.ff.layer_2.weight"].T)
+
+
 # ----- importing into train_gpu ------------------------------------------------------------------------
 
 def test_import_continues_training_where_it_left_off(trained, records, tmp_path):

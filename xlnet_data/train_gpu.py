@@ -173,6 +173,7 @@ def config_from_flags():
         origin = f"--init_checkpoint={FLAGS.init_checkpoint} (config.json)"
         if FLAGS["untie_r"].present:  # Transformers keeps biases per layer: they load either way
             model = dataclasses.replace(model, untie_r=FLAGS.untie_r)
+    if hf.is_hf_dir(FLAGS.init_checkpoint):
         _check_vocabulary(FLAGS.init_checkpoint, record_dirs)
     if model:
         given = {name: f"--{name}" for name in SHAPE_FLAGS if FLAGS[name].present}

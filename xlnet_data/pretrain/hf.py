@@ -197,7 +197,8 @@ def _safetensors_numpy():
 
 def read_tensors(directory: str) -> dict[str, np.ndarray]:
     """Every tensor of a directory's model.safetensors (or of the shards its index lists), by Transformers'
-    name; a save of the bare XLNetModel (names without "transformer.") is given the prefix."""
+    name; a save of the bare XLNetModel (names without "transformer.") is given the prefix. bfloat16 tensors
+    come as ml_dtypes' bfloat16 (TensorFlow registers it with numpy); from_hf makes every tensor float32."""
     st_numpy = _safetensors_numpy()
     index = os.path.join(directory, WEIGHTS_INDEX_FILE)
     if fileio.exists(os.path.join(directory, WEIGHTS_FILE)):
@@ -207,13 +208,14 @@ def read_tensors(directory: str) -> dict[str, np.ndarray]:
     tensors = {}
     for name in files:
         path = os.path.join(directory, name)
-        with fileio.open_read(path) as f:
-            data = f.read()
         try:
-            tensors.update(st_numpy.load(data))
-        except Exception as err:  # safetensors raises its own error types for a bad header or dtype
-            raise HFFormatError(f"cannot read {path}: {str(err).splitlines()[0]} (float32, float16 and float64 "
-                                "tensors can be read; save bfloat16 models with .float() first)") from None
+            if fileio.is_remote(path):
+                with fileio.open_read(path) as f:
+                    tensors.update(st_numpy.load(f.read()))
+            else:
+                tensors.update(st_numpy.load_file(path))
+        except Exception as err:  # safetensors' own error for a bad header, OSError for a missing shard
+            raise HFFormatError(f"cannot read {path}: {str(err).splitlines()[0]}") from None
     if "word_embedding.weight" in tensors and "transformer.word_embedding.weight" not in tensors:
         tensors = {("" if name.startswith("lm_loss.") else "transformer.") + name: value
                    for name, value in tensors.items()}
