@@ -7,7 +7,11 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; 
   echo "setting up $VENV (first run: downloads TensorFlow and friends, a few minutes)" >&2
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[tf-cpu,test,beam,prepare]"
+  # The hf extra's torch: the CPU build where one lies on this machine's disk (pip's configured find-links;
+  # no index asked), which the extra's range accepts; elsewhere pip picks one for the extra (on Linux a CUDA
+  # build of several GB).
+  "$VENV/bin/python" -m pip install -q --no-index --no-deps "torch==2.13.0" 2>/dev/null || true
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[tf-cpu,test,beam,prepare,dask,hf]"
   echo "$want" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

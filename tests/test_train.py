@@ -83,7 +83,7 @@ def test_cli_trains_a_tiny_model_and_the_loss_falls(records, tmp_path):
 
     # Checkpoints by the original's names (the last one kept), xlnet_config.json, TensorBoard scalars.
     assert sorted(os.listdir(model_dir)) == sorted(
-        ["checkpoint", "xlnet_config.json", "model.ckpt-200.index", "model.ckpt-200.data-00000-of-00001",
+        ["checkpoint", "xlnet_config.json", "run_config.json", "model.ckpt-200.index", "model.ckpt-200.data-00000-of-00001",
          os.path.basename(glob.glob(str(model_dir / "events.out.tfevents.*"))[0])])
     reader = tf.train.load_checkpoint(str(model_dir))
     assert reader.get_tensor("global_step") == 200

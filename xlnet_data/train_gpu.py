@@ -6,6 +6,7 @@ corpus_info.json, and an explicit flag that contradicts it is refused. The loop 
 xlnet_data/training.py; README.md ("Pretraining: train_gpu") has examples.
 """
 
+import dataclasses
 import glob
 import logging
 import os
@@ -31,7 +32,9 @@ def define_flags():
     flags.DEFINE_string("model_dir", None, "Checkpoints, xlnet_config.json and TensorBoard summaries go here; a run "
                         "resumes from the latest checkpoint in it.")
     flags.DEFINE_string("init_checkpoint", None, "Start from this checkpoint (the original's TF1 ones or ours; model "
-                        "weights only); ignored when model_dir has a checkpoint to resume from.")
+                        "weights only), or a Hugging Face Transformers directory (config.json + model.safetensors, as "
+                        "export_hf writes; its config.json gives the model shape); ignored when model_dir has a "
+                        "checkpoint to resume from.")
     # Optimization.
     flags.DEFINE_float("learning_rate", 1e-4, "Peak learning rate.")
     flags.DEFINE_float("clip", 1.0, "Clip the gradients to this global norm.")
@@ -126,6 +129,21 @@ def data_settings(record_dirs):
     return values
 
 
+def _check_vocabulary(hf_dir, record_dirs):
+    """A Transformers directory's spiece.model must be the records' SentencePiece model (corpus_info.json's
+    sp_path), where both files are there to compare."""
+    from xlnet_data.common import hf_tokenizer
+    ours = os.path.join(hf_dir, "spiece.model")
+    for _, info_path in record_dirs:
+        sp_path = save_dir.read_json(info_path).get("sp_path") if info_path else None
+        if not (sp_path and os.path.isfile(sp_path) and os.path.isfile(ours)):
+            continue
+        difference = hf_tokenizer.vocabulary_difference(ours, sp_path)
+        if difference:
+            raise ConfigError(f"--init_checkpoint={hf_dir} has another vocabulary than the records (sp_path in "
+                              f"{info_path}): {difference}")
+
+
 def config_from_flags():
     if not FLAGS.record_info_dir or not FLAGS.model_dir:
         raise ConfigError("--record_info_dir and --model_dir are needed")
@@ -134,7 +152,7 @@ def config_from_flags():
     data = {flag: value for flag, (value, _) in settings.items()}
 
     # TensorFlow is imported only now that the records are found (a wrong flag fails fast).
-    from xlnet_data.pretrain import training
+    from xlnet_data.pretrain import hf, training
     from xlnet_data.pretrain.inputs import InputConfig
     from xlnet_data.pretrain.modeling import RunConfig, XLNetConfig
 
@@ -145,15 +163,23 @@ def config_from_flags():
         mask_beta=data["mask_beta"], uncased=data["uncased"], num_passes=FLAGS.num_passes)
 
     shape = {name: FLAGS[name].value for name in SHAPE_FLAGS} | {"n_token": data["n_token"]}
+    model = origin = None
     if FLAGS.xlnet_config:
-        model = XLNetConfig.from_json(FLAGS.xlnet_config)
+        model, origin = XLNetConfig.from_json(FLAGS.xlnet_config), f"--xlnet_config={FLAGS.xlnet_config}"
+    elif hf.is_hf_dir(FLAGS.init_checkpoint):  # a Transformers directory brings its shape
+        model, _ = hf.read_config(FLAGS.init_checkpoint)
+        origin = f"--init_checkpoint={FLAGS.init_checkpoint} (config.json)"
+        if FLAGS["untie_r"].present:  # Transformers keeps biases per layer: they load either way
+            model = dataclasses.replace(model, untie_r=FLAGS.untie_r)
+    if hf.is_hf_dir(FLAGS.init_checkpoint):
+        _check_vocabulary(FLAGS.init_checkpoint, record_dirs)
+    if model:
         given = {name: f"--{name}" for name in SHAPE_FLAGS if FLAGS[name].present}
         if settings["n_token"][1] and not FLAGS["n_token"].present:
             given["n_token"] = f"the records' vocab_size ({settings['n_token'][1]})"
         for name, source in given.items():
             if shape[name] != getattr(model, name):
-                raise ConfigError(f"{source}={shape[name]} contradicts --xlnet_config={FLAGS.xlnet_config}: "
-                                  f"{name}={getattr(model, name)}")
+                raise ConfigError(f"{source}={shape[name]} contradicts {origin}: {name}={getattr(model, name)}")
     else:
         model = XLNetConfig(**shape)
     if FLAGS.d_embed is not None and FLAGS.d_embed != model.d_model:

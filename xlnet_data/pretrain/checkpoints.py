@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -45,6 +46,17 @@ def save(prefix: str, tensors: Mapping[str, tf.Tensor], max_save: Optional[int] 
     return prefix
 
 
+def _shape_problems(found: Mapping[str, tuple], wanted: Mapping[str, tuple], required: bool) -> list[str]:
+    problems = []
+    for name, want in wanted.items():
+        if name not in found:
+            if required:
+                problems.append(f"{name}: missing (expected shape {list(want)})")
+        elif tuple(found[name]) != tuple(want):
+            problems.append(f"{name}: expected shape {list(want)}, found {list(found[name])}")
+    return problems
+
+
 def load(path: str, variables: Mapping[str, tf.Variable], *, required: bool = True) -> list[str]:
     """Assigns each variable the checkpoint's tensor of the same name; returns the names assigned.
 
@@ -54,20 +66,23 @@ def load(path: str, variables: Mapping[str, tf.Variable], *, required: bool = Tr
     """
     reader = tf.train.load_checkpoint(path)
     found = reader.get_variable_to_shape_map()
-    problems = []
-    for name, var in variables.items():
-        want = tuple(var.shape)
-        if name not in found:
-            if required:
-                problems.append(f"{name}: missing (expected shape {list(want)})")
-        elif tuple(found[name]) != want:
-            problems.append(f"{name}: expected shape {list(want)}, found {list(found[name])}")
+    problems = _shape_problems(found, {name: tuple(var.shape) for name, var in variables.items()}, required)
     if problems:
         raise CheckpointMismatchError(f"checkpoint {path} does not fit the model: " + "; ".join(problems))
     assigned = [name for name in variables if name in found]
     for name in assigned:
         variables[name].assign(tf.cast(reader.get_tensor(name), variables[name].dtype))
     return assigned
+
+
+def read(path: str, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The checkpoint's tensors of these names as float32 arrays, each checked against its shape
+    (CheckpointMismatchError lists the missing and misshapen ones). `path` as for `load`."""
+    reader = tf.train.load_checkpoint(path)
+    problems = _shape_problems(reader.get_variable_to_shape_map(), shapes, required=True)
+    if problems:
+        raise CheckpointMismatchError(f"checkpoint {path} does not fit the model: " + "; ".join(problems))
+    return {name: np.asarray(reader.get_tensor(name), dtype=np.float32) for name in shapes}
 
 
 def latest(model_dir: str) -> Optional[str]:

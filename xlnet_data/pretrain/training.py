@@ -19,6 +19,7 @@ continues its rows from step to step.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -30,8 +31,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
+from xlnet_data.common import fileio
 from xlnet_data.datagen.config import ConfigError
-from xlnet_data.pretrain import checkpoints
+from xlnet_data.pretrain import checkpoints, hf
 from xlnet_data.pretrain.inputs import InputConfig, PermutationFn, find_records, make_dataset
 from xlnet_data.pretrain.modeling import RunConfig, XLNet, XLNetConfig, build_model
 
@@ -379,6 +381,11 @@ def _check_model_dir(cfg: TrainConfig, chief: bool) -> None:
             raise ConfigError(f"--model_dir={cfg.model_dir} holds another model: {changed}; use a new model_dir")
     else:
         cfg.model.to_json(path)
+    # This run's settings, for export_hf's config.json (memory, attention) and tokenizer (uncased); rewritten
+    # by every run, since a resumed run may change them.
+    settings = {**dataclasses.asdict(cfg.run), "seq_len": cfg.data.seq_len, "perm_size": cfg.data.perm_size,
+                "num_predict": cfg.data.num_predict, "uncased": cfg.data.uncased}
+    fileio.write_text_atomic(os.path.join(cfg.model_dir, "run_config.json"), json.dumps(settings, indent=2) + "\n")
 
 
 def _start(cfg: TrainConfig, trainer: Trainer) -> int:
@@ -387,6 +394,10 @@ def _start(cfg: TrainConfig, trainer: Trainer) -> int:
     if latest:
         restore(latest, trainer.model, trainer.optimizer)
         log.info("resumed from %s (step %d; memories start empty)", latest, int(trainer.optimizer.step.numpy()))
+    elif cfg.init_checkpoint and hf.is_hf_dir(cfg.init_checkpoint):  # a Transformers directory (export_hf's)
+        for name, value in hf.load_weights(cfg.init_checkpoint, cfg.model).items():
+            trainer.model.weights[name].assign(value)
+        log.info("model initialised from the Transformers directory %s", cfg.init_checkpoint)
     elif cfg.init_checkpoint:
         checkpoints.load(cfg.init_checkpoint, trainer.model.weights)
         log.info("model initialised from %s", cfg.init_checkpoint)

@@ -1,0 +1,421 @@
+"""Hugging Face Transformers export and import (export_hf, pretrain/hf.py, train_gpu --init_checkpoint=DIR).
+
+Transformers' XLNetLMHeadModel loaded from an export gives our log-probabilities (goldens and a model trained
+here), export -> import -> export is identical, XLNetTokenizer from an export encodes as create does, and
+train_gpu continues from an export where the model left off. The comparisons with Transformers need the
+`hf` extra (transformers, torch) and are skipped without it; the rest needs only safetensors.
+"""
+
+import dataclasses
+import importlib.util
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+from conftest import SAMPLE_CORPUS, SHARED, XLNET_SPM, needs_shared, run_module
+from test_modeling import _no_tensor_float_32  # noqa: F401  (autouse: full float32 matmuls on GPUs too)
+
+from xlnet_data.common import hf_tokenizer
+from xlnet_data.datagen.text import Encoder, preprocess_texts
+from xlnet_data.pretrain import checkpoints, hf
+from xlnet_data.pretrain import inputs as ip
+from xlnet_data.pretrain import modeling as M
+
+_missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
+needs_transformers = pytest.mark.skipif(
+    bool(_missing), reason=f"{' and '.join(_missing)} not installed (the hf extra: pip install -e '.[hf]')")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("safetensors") is None,
+                                reason="safetensors not installed (the hf extra: pip install -e '.[hf]')")
+
+MODEL_CASES = ["m1_bi_untied", "m2_uni_tied", "m3_sharp"]
+TINY_SHAPE = ["--n_layer=2", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64", "--ff_activation=gelu",
+              "--untie_r", "--mem_len=32"]
+RECORD_FLAGS = ["--bsz_per_host=8", "--num_core_per_host=1", "--seq_len=64", "--reuse_len=32", "--bi_data",
+                "--num_predict=10", "--uncased", "--num_workers=1"]
+TRAIN_STEPS = 80
+LOSS_LINE = re.compile(r"step (\d+) \| loss ([\d.]+)")
+
+
+def _ok(result):
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def _losses(stderr):
+    return [(int(step), float(loss)) for step, loss in LOSS_LINE.findall(stderr)]
+
+
+# ----- a model trained here, and its export ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def records(sample_spm, tmp_path_factory):
+    """Records of the first 600 lines of one book (187 steps of 8 rows of 64 tokens), uncased."""
+    text_dir = tmp_path_factory.mktemp("hf_text")
+    lines = (SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:600]
+    (text_dir / "emma.txt").write_text("\n".join(lines) + "\n")
+    save_dir = tmp_path_factory.mktemp("hf_records") / "emma"
+    _ok(run_module("xlnet_data.create", f"--input_glob={text_dir / 'emma.txt'}", f"--sp_path={sample_spm}",
+                   f"--save_dir={save_dir}", *RECORD_FLAGS))
+    return save_dir
+
+
+@pytest.fixture(scope="module")
+def trained(records, sample_spm, tmp_path_factory):
+    """(model_dir trained TRAIN_STEPS steps by train_gpu, its export by export_hf, the logged losses)."""
+    base = tmp_path_factory.mktemp("hf_trained")
+    model_dir, export_dir = base / "model", base / "export"
+    result = _ok(run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}",
+                            *TINY_SHAPE, "--learning_rate=1e-3", "--warmup_steps=10", f"--train_steps={TRAIN_STEPS}",
+                            "--iterations=10"))
+    _ok(run_module("xlnet_data.export_hf", f"--model_dir={model_dir}", f"--sp_path={sample_spm}",
+                   f"--output_dir={export_dir}"))
+    return model_dir, export_dir, _losses(result.stderr)
+
+
+def _batches(records, data, count, seed=0):
+    """The first `count` batches train_gpu reads from the records (one replica), as numpy."""
+    dataset = ip.make_dataset(os.path.join(records, "tfrecords"), data, seed=seed)
+    return [{key: value.numpy() for key, value in batch.items()} for batch in dataset.take(count)]
+
+
+def _ours(model, batches, mems):
+    """Our token losses and memories of consecutive batches, each batch fed the previous one's memories."""
+    losses, all_mems = [], []
+    for features in batches:
+        out = model.plm_loss(features, mems)
+        mems = out.new_mems
+        losses.append(out.token_loss.numpy())
+        all_mems.append([mem.numpy() for mem in mems or []])
+    return losses, all_mems
+
+
+def _transformers(export_dir, batches, mems):
+    """Transformers' XLNetLMHeadModel on the same batches: -log p(target) per prediction, and its memories."""
+    import torch
+    from transformers import XLNetLMHeadModel
+
+    model = XLNetLMHeadModel.from_pretrained(str(export_dir)).eval()
+    mems = None if mems is None else [torch.from_numpy(np.asarray(mem)) for mem in mems]
+    losses, all_mems = [], []
+    for features in batches:
+        with torch.no_grad():
+            out = model(input_ids=torch.from_numpy(features["input_k"]).long(),
+                        token_type_ids=torch.from_numpy(features["seg_id"]).long(),
+                        perm_mask=torch.from_numpy(features["perm_mask"]).float(),
+                        target_mapping=torch.from_numpy(features["target_mapping"]).float(),
+                        mems=mems, use_mems=True)
+        log_probs = torch.log_softmax(out.logits, dim=-1)
+        target = torch.from_numpy(features["target"]).long()
+        losses.append(-log_probs.gather(-1, target[..., None])[..., 0].numpy())
+        mems = out.mems if model.config.mem_len else None  # without mem_len, Transformers returns all states
+        all_mems.append([mem.numpy() for mem in mems or []])
+    return losses, all_mems
+
+
+def _assert_same(ours, theirs, atol):
+    for step, ((loss_a, mems_a), (loss_b, mems_b)) in enumerate(zip(zip(*ours), zip(*theirs))):
+        np.testing.assert_allclose(loss_b, loss_a, rtol=0, atol=atol, err_msg=f"log-probs, batch {step}")
+        for layer, (a, b) in enumerate(zip(mems_a, mems_b)):
+            np.testing.assert_allclose(b, a, rtol=0, atol=atol, err_msg=f"memory of batch {step}, layer {layer}")
+
+
+@needs_transformers
+def test_trained_model_export_gives_our_log_probs(trained, records):
+    model_dir, export_dir, _ = trained
+    run = M.RunConfig.from_json(str(model_dir / "run_config.json"))
+    model = M.build_model(str(model_dir / "xlnet_config.json"), run, checkpoint=str(model_dir))
+    data = ip.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=8, num_predict=10, uncased=True)
+    batches = _batches(records, data, 3)
+    mems = [mem.numpy() for mem in model.initial_mems(8)]
+    ours = _ours(model, batches, mems)
+    # The model is not uniform: a wrong memory or position would move these by far more than the tolerance.
+    assert np.ptp(ours[0][0]) > 1.0
+    _assert_same(ours, _transformers(export_dir, batches, mems), atol=1e-4)
+
+
+@needs_shared
+@needs_transformers
+@pytest.mark.parametrize("case", MODEL_CASES)
+def test_golden_export_gives_the_originals_log_probs(case, tmp_path):
+    directory = SHARED / "golden_model" / case
+    _ok(run_module("xlnet_data.export_hf", f"--checkpoint={directory / 'model.ckpt'}", f"--sp_path={XLNET_SPM}",
+                   f"--output_dir={tmp_path}"))
+    features, expected = np.load(directory / "features.npz"), np.load(directory / "expected.npz")
+    n_layer = M.XLNetConfig.from_json(str(directory / "xlnet_config.json")).n_layer
+    keys = ["input_k", "seg_id", "perm_mask", "target_mapping", "target"]
+    batches = [{key: features[f"{key}_{step}"] for key in keys} for step in range(2)]
+    theirs = _transformers(tmp_path, batches, [features[f"mems_in_0_{layer}"] for layer in range(n_layer)])
+    golden = ([expected[f"token_loss_{step}"] for step in range(2)],
+              [[expected[f"new_mems_{step}_{layer}"] for layer in range(n_layer)] for step in range(2)])
+    _assert_same(golden, theirs, atol=1e-4)
+
+
+# ----- export -> import -> export ------------------------------------------------------------------------
+
+def test_export_import_export_is_identical(trained, records, sample_spm, tmp_path):
+    """Through train_gpu: import the export, one step at learning rate 0, export again: the same tensors."""
+    _, export_dir, _ = trained
+    model_dir = tmp_path / "imported"
+    _ok(run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}",
+                   f"--init_checkpoint={export_dir}", "--mem_len=32", "--learning_rate=0", "--train_steps=1",
+                   "--iterations=1"))
+    again = tmp_path / "again"
+    _ok(run_module("xlnet_data.export_hf", f"--model_dir={model_dir}", f"--sp_path={sample_spm}",
+                   f"--output_dir={again}"))
+    first, second = hf.read_tensors(str(export_dir)), hf.read_tensors(str(again))
+    assert sorted(first) == sorted(second)
+    for name in first:
+        assert first[name].dtype == second[name].dtype == np.float32, name
+        np.testing.assert_array_equal(second[name], first[name], err_msg=name)
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", "spiece.model"):
+        assert (again / name).read_bytes() == (export_dir / name).read_bytes(), name
+
+
+def test_tied_biases_copy_to_every_layer_and_back():
+    config = M.XLNetConfig(n_layer=3, d_model=8, n_head=2, d_head=4, d_inner=12, ff_activation="relu", untie_r=False,
+                           n_token=20)
+    rng = np.random.default_rng(0)
+    weights = {name: rng.normal(size=shape).astype(np.float32) for name, shape in M.variable_shapes(config).items()}
+    tensors = hf.to_hf(weights, config)
+    for layer in range(3):
+        np.testing.assert_array_equal(tensors[f"transformer.layer.{layer}.rel_attn.r_w_bias"],
+                                      weights["model/transformer/r_w_bias"])
+        np.testing.assert_array_equal(tensors[f"transformer.layer.{layer}.rel_attn.seg_embed"],
+                                      weights["model/transformer/seg_embed"][layer])
+    np.testing.assert_array_equal(tensors["transformer.layer.1.ff.layer_1.weight"],
+                                  weights["model/transformer/layer_1/ff/layer_1/kernel"].T)
+    back = hf.from_hf(tensors, config, "here")
+    assert set(back) == set(weights)
+    for name, value in weights.items():
+        np.testing.assert_array_equal(back[name], value, err_msg=name)
+    # Into an untied model, the copies become per-layer biases.
+    untied = hf.from_hf(tensors, dataclasses.replace(config, untie_r=True), "here")
+    assert untied["model/transformer/r_r_bias"].shape == (3, 2, 4)
+    # Biases that differ between layers do not fit a tied model.
+    tensors["transformer.layer.2.rel_attn.r_s_bias"] = tensors["transformer.layer.2.rel_attn.r_s_bias"] + 1
+    with pytest.raises(hf.HFFormatError, match=r"^here: transformer\.layer\.2\.rel_attn\.r_s_bias differs from "
+                                               r"transformer\.layer\.0\.rel_attn\.r_s_bias.*--untie_r$"):
+        hf.from_hf(tensors, config, "here")
+
+
+def test_a_misshapen_or_missing_tensor_is_named(trained):
+    _, export_dir, _ = trained
+    config, _ = hf.read_config(str(export_dir))
+    tensors = hf.read_tensors(str(export_dir))
+    bad = dict(tensors, **{"transformer.layer.1.ff.layer_2.weight": np.zeros((32, 65), np.float32)})
+    with pytest.raises(hf.HFFormatError, match=r"^x: transformer\.layer\.1\.ff\.layer_2\.weight has shape \[32, 65\], "
+                                               r"the model needs \[32, 64\]"):
+        hf.from_hf(bad, config, "x")
+    del tensors["transformer.mask_emb"]
+    with pytest.raises(hf.HFFormatError, match=r"^x: no transformer\.mask_emb \(shape \[1, 1, 32\]\)"):
+        hf.from_hf(tensors, config, "x")
+
+
+def test_a_bare_xlnet_model_save_imports_with_a_zero_lm_bias(trained, tmp_path):
+    """Transformers' XLNetModel saves its tensors without "transformer." and has no LM head."""
+    _, export_dir, _ = trained
+    from safetensors import numpy as st_numpy
+    tensors = hf.read_tensors(str(export_dir))
+    bare = {name.removeprefix("transformer."): value for name, value in tensors.items() if name != "lm_loss.bias"}
+    st_numpy.save_file(bare, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    shutil.copy(export_dir / "config.json", tmp_path / "config.json")
+    config, _ = hf.read_config(str(tmp_path))
+    weights = hf.load_weights(str(tmp_path), config)
+    np.testing.assert_array_equal(weights["model/lm_loss/bias"], np.zeros(1000, np.float32))
+    np.testing.assert_array_equal(weights["model/transformer/layer_1/rel_attn/k/kernel"],
+                                  tensors["transformer.layer.1.rel_attn.k"])
+
+
+def test_sharded_and_bfloat16_weights_are_read(trained, tmp_path):
+    """Shards listed in model.safetensors.index.json; a bfloat16 tensor becomes float32."""
+    _, export_dir, _ = trained
+    from safetensors import numpy as st_numpy
+    tensors = hf.read_tensors(str(export_dir))
+    names = sorted(name for name in tensors if name != "transformer.mask_emb")
+    shards = {"model-00001-of-00003.safetensors": names[:10], "model-00002-of-00003.safetensors": names[10:]}
+    for shard, shard_names in shards.items():
+        st_numpy.save_file({name: tensors[name] for name in shard_names}, str(tmp_path / shard))
+    # mask_emb in bfloat16, written by hand in safetensors' layout (8-byte header size, JSON header, data):
+    # small integers, which bfloat16 holds exactly (a float32's upper 16 bits).
+    values = np.arange(32, dtype=np.float32) - 16
+    header = json.dumps({"transformer.mask_emb": {"dtype": "BF16", "shape": [1, 1, 32], "data_offsets": [0, 64]}})
+    (tmp_path / "model-00003-of-00003.safetensors").write_bytes(
+        len(header).to_bytes(8, "little") + header.encode() + (values.view(np.uint32) >> 16).astype("<u2").tobytes())
+    weight_map = {name: shard for shard, shard_names in shards.items() for name in shard_names}
+    weight_map["transformer.mask_emb"] = "model-00003-of-00003.safetensors"
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    shutil.copy(export_dir / "config.json", tmp_path / "config.json")
+    assert hf.is_hf_dir(str(tmp_path))
+    config, _ = hf.read_config(str(tmp_path))
+    weights = hf.load_weights(str(tmp_path), config)
+    assert weights["model/transformer/mask_emb/mask_emb"].dtype == np.float32
+    np.testing.assert_array_equal(weights["model/transformer/mask_emb/mask_emb"], values.reshape(1, 1, 32))
+    np.testing.assert_array_equal(weights["model/transformer/layer_0/ff/layer_2/kernel"],
+                                  tensors["transformer.layer.0.ff.layer_2.weight"].T)
+
+
+# ----- importing into train_gpu ------------------------------------------------------------------------
+
+def test_import_continues_training_where_it_left_off(trained, records, tmp_path):
+    model_dir, export_dir, trained_losses = trained
+    imported = tmp_path / "imported"
+    result = _ok(run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={imported}",
+                            f"--init_checkpoint={export_dir}", "--mem_len=32", "--learning_rate=1e-4",
+                            "--train_steps=10", "--iterations=1"))
+    assert "model initialised from the Transformers directory" in result.stderr
+    losses = [loss for _, loss in _losses(result.stderr)]
+    assert len(losses) == 10, result.stderr
+    # The first step's loss (before its update) is the trained model's on the first batch, zero memories.
+    run = M.RunConfig.from_json(str(model_dir / "run_config.json"))
+    model = M.build_model(str(model_dir / "xlnet_config.json"), run, checkpoint=str(model_dir))
+    data = ip.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=8, num_predict=10, uncased=True)
+    first = model.plm_loss(_batches(records, data, 1)[0], model.initial_mems(8)).total_loss.numpy()
+    assert losses[0] == pytest.approx(first, abs=1.5e-4)  # the log prints 4 decimals
+    # And the level is where training left it (about 5.8 here), far below where it began (about 6.9).
+    began, ended = trained_losses[0][1], trained_losses[-1][1]
+    assert began - ended > 0.7, trained_losses
+    assert abs(np.mean(losses) - ended) < 0.25 * (began - ended), (losses, trained_losses)
+    # The shape came from the export's config.json.
+    assert M.XLNetConfig.from_json(str(imported / "xlnet_config.json")) == hf.read_config(str(export_dir))[0]
+
+
+def test_import_refuses_another_vocabulary_or_shape_in_one_line(trained, records, tmp_path):
+    _, export_dir, _ = trained
+    bigger = tmp_path / "bigger"
+    shutil.copytree(export_dir, bigger)
+    config = json.loads((bigger / "config.json").read_text())
+    (bigger / "config.json").write_text(json.dumps({**config, "vocab_size": 1200}))
+    os.remove(bigger / "spiece.model")  # no file to compare: the vocabulary size still tells
+    common = [f"--record_info_dir={records}", f"--model_dir={tmp_path / 'model'}", "--mem_len=32"]
+    result = run_module("xlnet_data.train_gpu", *common, f"--init_checkpoint={bigger}")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"train: error: the records' vocab_size ({records}/corpus_info.json)=1000 contradicts "
+        f"--init_checkpoint={bigger} (config.json): n_token=1200")
+
+    other_spm = tmp_path / "other"
+    shutil.copytree(export_dir, other_spm)
+    pieces = bytearray((export_dir / "spiece.model").read_bytes())
+    at = pieces.index(b"\x0a\x06" + "▁the".encode() + b"\x15")  # the piece's protobuf entry: renamed, same size
+    pieces[at + 5:at + 8] = b"THE"
+    (other_spm / "spiece.model").write_bytes(bytes(pieces))
+    result = run_module("xlnet_data.train_gpu", *common, f"--init_checkpoint={other_spm}")
+    assert result.returncode == 2
+    assert re.fullmatch(
+        re.escape(f"train: error: --init_checkpoint={other_spm} has another vocabulary than the records (sp_path in "
+                  f"{records}/corpus_info.json): piece ") + r"\d+" + re.escape(f" is '▁THE' in {other_spm}/spiece.model, "
+                                                                               "'▁the' in ") + r".*\.model",
+        result.stderr.strip().splitlines()[-1])
+
+    result = run_module("xlnet_data.train_gpu", *common, f"--init_checkpoint={export_dir}", "--n_head=4")
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"train: error: --n_head=4 contradicts --init_checkpoint={export_dir} (config.json): n_head=2")
+
+    misshapen = tmp_path / "misshapen"
+    shutil.copytree(export_dir, misshapen)
+    from safetensors import numpy as st_numpy
+    tensors = hf.read_tensors(str(misshapen))
+    tensors["transformer.layer.0.rel_attn.q"] = np.zeros((32, 2, 8), np.float32)
+    st_numpy.save_file(tensors, str(misshapen / "model.safetensors"), metadata={"format": "pt"})
+    result = run_module("xlnet_data.train_gpu", *common, f"--init_checkpoint={misshapen}")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"train: error: {misshapen}/model.safetensors: transformer.layer.0.rel_attn.q has shape [32, 2, 8], the model "
+        "needs [32, 2, 16] (n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, n_token=1000)")
+
+
+# ----- export_hf's own checks -------------------------------------------------------------------------
+
+def test_export_refuses_in_one_line(trained, tmp_path):
+    model_dir, export_dir, _ = trained
+    cases = [
+        ([f"--model_dir={tmp_path}", f"--sp_path={export_dir / 'spiece.model'}", f"--output_dir={tmp_path / 'b'}"],
+         rf"export_hf: error: --model_dir={tmp_path} holds no checkpoint .*"),
+        ([f"--model_dir={model_dir}", f"--sp_path={export_dir / 'spiece.model'}", f"--output_dir={export_dir}"],
+         rf"export_hf: error: --output_dir={export_dir} already holds an export; use --overwrite or a new dir"),
+        ([f"--checkpoint={model_dir}", f"--sp_path={export_dir / 'spiece.model'}", f"--output_dir={tmp_path / 'c'}",
+          "--xlnet_config=" + str(tmp_path / "nope.json")],
+         rf"export_hf: error: --xlnet_config={tmp_path}/nope.json: no such file"),
+    ]
+    if XLNET_SPM.is_file():
+        cases.append(([f"--model_dir={model_dir}", f"--sp_path={XLNET_SPM}", f"--output_dir={tmp_path / 'a'}"],
+                      rf"export_hf: error: --sp_path={XLNET_SPM} has 32000 pieces, the model's vocabulary is 1000 "
+                      r"\(n_token\): give the SentencePiece model the records were made with"))
+    for args, expected in cases:
+        result = run_module("xlnet_data.export_hf", *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert re.fullmatch(expected, result.stderr.strip().splitlines()[-1]), (args, result.stderr)
+    assert not (tmp_path / "a").exists()
+
+
+def test_export_of_an_original_checkpoint_reads_its_tensors(tmp_path, sample_spm):
+    """A TF1-style checkpoint with the original's names (as the goldens are) exports tensor for tensor."""
+    config = M.XLNetConfig(n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=12, ff_activation="gelu", untie_r=True,
+                           n_token=1000)
+    model = M.build_model(config, M.RunConfig(), seed=3)
+    checkpoints.save(str(tmp_path / "ckpt" / "model.ckpt"), model.weights)
+    config.to_json(str(tmp_path / "ckpt" / "xlnet_config.json"))
+    result = _ok(run_module("xlnet_data.export_hf", f"--checkpoint={tmp_path / 'ckpt' / 'model.ckpt'}",
+                            f"--sp_path={sample_spm}", f"--output_dir={tmp_path / 'out'}"))
+    assert "bi_data=False" in result.stderr and "mem_len=None" in result.stderr  # no run_config.json: fine-tuning's
+    tensors = hf.read_tensors(str(tmp_path / "out"))
+    assert len(tensors) == len(hf.links(config))
+    np.testing.assert_array_equal(tensors["transformer.layer.1.rel_attn.r_w_bias"],
+                                  model.weights["model/transformer/r_w_bias"].numpy()[1])
+    hf_config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (hf_config["ff_activation"], hf_config["vocab_size"], hf_config["d_head"]) == ("gelu_new", 1000, 4)
+
+
+# ----- the tokenizer --------------------------------------------------------------------------------------
+
+def _corpus_lines():
+    lines = []
+    for path in sorted(SAMPLE_CORPUS.glob("*.txt")):
+        lines += [line for line in path.read_text().splitlines() if line.strip()]
+    return lines
+
+
+def _check_tokenizer_matches_create(sp_path, uncased, directory):
+    from transformers import XLNetTokenizer
+
+    from xlnet_data.common.vocab import load_sentencepiece
+
+    for name, content in hf_tokenizer.tokenizer_files(str(sp_path), uncased).items():
+        (directory / name).write_bytes(content)
+    tokenizer = XLNetTokenizer.from_pretrained(str(directory))
+    assert tokenizer.do_lower_case == uncased
+    lines = _corpus_lines()
+    flat, lengths = Encoder(load_sentencepiece(str(sp_path)), num_threads=1).encode_batch(
+        preprocess_texts([line.strip() for line in lines], uncased))
+    expected = np.split(flat, np.cumsum(lengths)[:-1])
+    encoded = tokenizer(lines, add_special_tokens=False)["input_ids"]
+    differ = [line for line, ids, want in zip(lines, encoded, expected) if list(ids) != want.tolist()]
+    assert not differ, f"{len(differ)} of {len(lines)} lines differ, e.g. {differ[0]!r}"
+    # With special tokens: XLNet's "... <sep> <cls>" at the end.
+    assert tokenizer("Hello there.")["input_ids"][-2:] == [4, 3]
+    return len(lines)
+
+
+@needs_transformers
+def test_tokenizer_of_the_export_encodes_as_create_uncased(trained, sample_spm, tmp_path):
+    _, export_dir, _ = trained
+    assert json.loads((export_dir / "tokenizer_config.json").read_text())["do_lower_case"] is True
+    assert _check_tokenizer_matches_create(sample_spm, True, tmp_path) > 4000
+
+
+@needs_shared
+@needs_transformers
+def test_tokenizer_of_the_export_encodes_as_create_with_xlnets_cased_model(tmp_path):
+    _check_tokenizer_matches_create(XLNET_SPM, False, tmp_path)
+
+
+def test_tokenizer_files_refuse_a_model_without_xlnets_ids(tmp_path):
+    import sentencepiece as spm
+    prefix = tmp_path / "plain"
+    spm.SentencePieceTrainer.train(input=str(SAMPLE_CORPUS / "austen_persuasion.txt"), model_prefix=str(prefix),
+                                   vocab_size=200, num_threads=1)
+    with pytest.raises(ValueError, match=r"plain\.model does not have XLNet's special ids \(id <cls>=.*\)$"):
+        hf_tokenizer.tokenizer_files(str(prefix) + ".model", False)
