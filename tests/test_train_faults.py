@@ -96,6 +96,44 @@ def test_50_plus_50_steps_equal_100_straight_bit_for_bit(small_records, tmp_path
         np.testing.assert_array_equal(ours[name], value, err_msg=name)
 
 
+MIRRORED_RESUME = """
+import sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+sys.path.insert(0, sys.argv[1])
+from test_train_faults import check_mirrored_resume
+check_mirrored_resume(sys.argv[2], sys.argv[3])
+print("mirrored resume OK")
+"""
+
+
+def check_mirrored_resume(records, model_dir):
+    """Run in a process with two logical CPUs: 2 + 2 steps on two replicas (each with its own memories and
+    dropout stream) equal 4 straight."""
+    def run(folder, **more):
+        cfg = tiny_config(records, os.path.join(model_dir, folder), train_steps=4, save_steps=2, mem_len=32,
+                          strategy="mirrored", devices=("/cpu:0", "/cpu:1"))
+        cfg = T.dataclasses.replace(cfg, run=T.dataclasses.replace(cfg.run, dropout=0.1))
+        return cfg, T.train(cfg, **more)
+
+    whole_cfg, whole = run("whole")
+    cfg, first = run("pieces", stop_after=2)
+    _, second = run("pieces")
+    assert first.losses + second.losses == whole.losses, (first.losses, second.losses, whole.losses)
+    ours, theirs = _checkpoint_tensors(cfg.model_dir), _checkpoint_tensors(whole_cfg.model_dir)
+    assert "train_state/source_0/mems/replica_1/layer_1" in ours and ours.keys() == theirs.keys()
+    for name, value in theirs.items():
+        np.testing.assert_array_equal(ours[name], value, err_msg=name)
+
+
+def test_two_replicas_resume_exactly_too(small_records, tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-c", MIRRORED_RESUME, str(Path(__file__).parent), str(small_records),
+                             str(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and "mirrored resume OK" in result.stdout, result.stderr[-5000:]
+
+
 def test_resuming_with_another_seed_is_refused(small_records, tmp_path):
     cfg = tiny_config(small_records, tmp_path / "model", train_steps=2, mem_len=0)
     T.train(cfg)
@@ -317,14 +355,14 @@ def test_a_full_model_dir_is_one_line_naming_the_checkpoint_and_leaves_no_tempor
 
 
 def test_a_model_dir_full_from_the_start_is_one_line_naming_the_config(small_records, small_disk):
-    filler = small_disk / "filler"
-    with open(filler, "wb") as out:  # fill the disk
-        try:
-            while True:
-                out.write(b"\0" * 4096)
-                out.flush()
-        except OSError:
+    filler = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)
+    try:  # fill the disk
+        while os.write(filler, b"\0" * 4096):
             pass
+    except OSError:
+        pass
+    finally:
+        os.close(filler)
     model_dir = small_disk / "model"
     result = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"))
     line = _one_line(result, "train", 2)
