@@ -18,10 +18,8 @@ from xlnet_data.common import save_dir
 from xlnet_data.common.records import RecordError, count_records, parse_example, read_records
 from xlnet_data.common.save_dir import SaveDirError
 
-# corpus_info.json's fields that a record_info's file name encodes too (name -> RecordSettings field).
-_NAMED_FIELDS = {"bsz_per_host": "bsz_per_host", "seq_len": "seq_len", "reuse_len": "reuse_len", "bi_data": "bi_data",
-                 "uncased": "uncased", "mask_alpha": "mask_alpha", "mask_beta": "mask_beta",
-                 "num_predict": "num_predict"}
+# corpus_info.json's fields that a record_info's file name encodes too (RecordSettings' fields).
+_NAMED_FIELDS = ("bsz_per_host", "seq_len", "reuse_len", "bi_data", "uncased", "mask_alpha", "mask_beta", "num_predict")
 _INT_FIELDS = ("vocab_size", "bsz_per_host", "num_core_per_host", "seq_len", "reuse_len", "mask_alpha", "mask_beta",
                "num_predict")
 _BOOL_FIELDS = ("bi_data", "uncased", "use_eod")
@@ -50,8 +48,8 @@ def _disagreements(info: dict, info_path: str, unit: dict) -> list[str]:
     found = []
     parsed = save_dir.parse_name(info_path)
     if parsed is not None:
-        for key, field in _NAMED_FIELDS.items():
-            theirs = getattr(parsed.settings, field)
+        for key in _NAMED_FIELDS:
+            theirs = getattr(parsed.settings, key)
             if key in info and theirs is not None and info[key] != theirs:
                 found.append(f"{key}={theirs} in its name")
     created = unit.get("create_settings")
@@ -72,8 +70,8 @@ def check_corpus_info(corpus_info_path: str, info: dict, tfrecords_dir: str, spl
     ids below vocab_size.
     """
     _check_types(corpus_info_path, info)
-    info_paths = sorted(p for p in save_dir.record_info_paths(tfrecords_dir)
-                        if (save_dir.parse_name(p) is None or save_dir.parse_name(p).split in (None, split)))
+    info_paths = [path for path in save_dir.record_info_paths(tfrecords_dir)
+                  if getattr(save_dir.parse_name(path), "split", None) in (None, split)]
     if not info_paths:
         return
     closest = None
