@@ -292,9 +292,9 @@ def test_backward_rows_read_in_the_samplers_order(g1, sp):
 
 
 def _assert_one_line_error(res, path, index):
-    assert res.returncode == 1, (res.returncode, res.stdout[-500:], res.stderr)
+    assert res.returncode == 2, (res.returncode, res.stdout[-500:], res.stderr)
     assert "Traceback" not in res.stderr
-    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("dump: error:")]
     assert len(errors) == 1, res.stderr
     assert str(path) in errors[0] and f"record {index} " in errors[0], errors[0]
     return errors[0]
@@ -341,7 +341,7 @@ def test_corrupt_files_end_with_one_line_error(tf, tmp_path):
 
 def test_help_and_plot_extra(tmp_path):
     res = run_cli("--help")          # absl prints the help to stdout and exits 1, as for every absl tool
-    assert res.returncode in (0, 1) and "Traceback" not in res.stderr
+    assert res.returncode == 1 and "Traceback" not in res.stderr
     text = res.stdout + res.stderr
     for flag in ("format", "stats", "plot", "limit", "skip", "example", "sp_path", "corpus_info", "seq_len",
                  "reuse_len", "bsz_per_host", "num_core_per_host", "bi_data", "color", "strict", "verify_crc"):
@@ -352,7 +352,7 @@ def test_help_and_plot_extra(tmp_path):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        assert res.returncode == 1 and "pip install matplotlib" in res.stderr
+        assert res.returncode == 2 and res.stderr.startswith("dump: error: ") and "pip install matplotlib" in res.stderr
         assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
     else:
-        assert res.returncode == 1 and "no such file" in res.stderr
+        assert res.returncode == 2 and res.stderr.startswith("dump: error: no such file")

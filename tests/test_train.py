@@ -195,15 +195,11 @@ def test_an_interrupted_run_resumes_where_its_checkpoint_was(records, tmp_path, 
     second = T.train(cfg)
     assert (second.first_step, second.step, len(second.losses)) == (n, 2 * n, n)
     np.testing.assert_allclose(first.losses, whole.losses[:n + 3], rtol=1e-6)
-    if mem_len == 0:
-        # Nothing but the memories is lost on a restart: same step, optimizer state, batches.
-        np.testing.assert_allclose(second.losses, whole.losses[n:], rtol=1e-5)
-    else:
-        # The memories start empty again, so the curve continues close by, not exactly.
-        assert abs(np.mean(second.losses) - np.mean(whole.losses[n:])) < 0.05
-        np.testing.assert_allclose(second.losses, whole.losses[n:], atol=0.05)
+    # The checkpoint holds the memories too (and the positions, the dropout generator): the resumed run
+    # takes exactly the steps the whole run took (tests/test_train_faults.py: also from a signal).
+    np.testing.assert_array_equal(second.losses, whole.losses[n:])
     for name, value in _weights(second.trainer.model).items():
-        np.testing.assert_allclose(value, whole.trainer.model.weights[name].numpy(), atol=2e-3, err_msg=name)
+        np.testing.assert_array_equal(value, whole.trainer.model.weights[name].numpy(), err_msg=name)
 
     # Our checkpoints initialise other runs (by the original's names), as the original's do.
     other = T.train(tiny_config(records, tmp_path / "other", train_steps=1, learning_rate=0.0,

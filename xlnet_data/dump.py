@@ -24,9 +24,10 @@ Examples:
   python -m xlnet_data.dump 'save_dir/tfrecords/train-*.tfrecords*' --stats
   python -m xlnet_data.dump save_dir --format=json --example=17
 
-Exit status: 0; 1 on an unreadable, truncated or corrupt file or a record that
-is not an XLNet pretraining example (one line naming the file and the record
-index); with --strict, also 1 when a record fails the layout or target checks.
+Exit status: 0; 2 on an unreadable, truncated or corrupt file, a file with fewer
+records than its record_info lists, or a record that is not an XLNet pretraining
+example (one line `dump: error: ...` naming the file, the record and its byte);
+1 with --strict when a record fails the layout or target checks.
 """
 
 import importlib.util
@@ -37,6 +38,7 @@ import sys
 
 import numpy as np
 
+from xlnet_data.common import save_dir, validation
 from xlnet_data.common import vocab as _vocab
 from xlnet_data.common.records import RecordError, parse_example, read_records
 from xlnet_data.datagen.inspection import (
@@ -104,6 +106,8 @@ def _selected_records(files, skip, limit, verify_crc):
 def _main(argv):
     from absl import flags
 
+    from xlnet_data import cli
+
     FLAGS = flags.FLAGS
     out, err = sys.stdout, sys.stderr
     for stream in (out, err):
@@ -113,18 +117,16 @@ def _main(argv):
             pass
     try:
         return _dump(argv[1:], FLAGS, out, err)
-    except (InspectionError, RecordError, _vocab.VocabError) as error:
-        out.flush()
-        print(f"error: {error}", file=err)
-        return 1
-    except OSError as error:  # e.g. an unwritable --plot path, an unreadable folder
-        out.flush()
-        print(f"error: {error.filename or ''}: {error.strerror or error}", file=err)
-        return 1
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader went away (`dump ... | head`): stop quietly (before OSError, its parent)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except (InspectionError, RecordError, save_dir.SaveDirError, _vocab.VocabError) as error:
+        out.flush()
+        return cli.fail("dump", error)
+    except OSError as error:  # e.g. an unwritable --plot path, an unreadable folder
+        out.flush()
+        return cli.fail("dump", f"{error.filename}: {error.strerror}" if error.filename else error)
 
 
 def _dump(paths, FLAGS, out, err):
@@ -138,9 +140,12 @@ def _dump(paths, FLAGS, out, err):
         raise InspectionError("--plot needs matplotlib: pip install matplotlib (or pip install 'xlnet-data[plot]')")
 
     files, candidates = resolve_inputs(paths)
+    validation.check_record_files(files)  # each file holds the records its record_info lists
     overrides = {k: getattr(FLAGS, k) for k in SETTING_KEYS if k != "num_predict"}
     settings, sources, info, info_path, warnings = resolve_settings(
         files, candidates, overrides, corpus_info_path=FLAGS.corpus_info)
+    if info_path:  # corpus_info.json against the record_infos beside the records and their first records
+        validation.check_corpus_info(info_path, info, os.path.dirname(os.path.abspath(files[0])))
 
     sp = sp_where = None
     if FLAGS.sp_path:

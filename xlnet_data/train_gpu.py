@@ -7,15 +7,15 @@ xlnet_data/training.py; README.md ("Pretraining: train_gpu") has examples.
 """
 
 import dataclasses
-import glob
 import logging
 import os
+import signal
 import sys
 
 from absl import flags
 
 from xlnet_data import cli
-from xlnet_data.common import save_dir
+from xlnet_data.common import save_dir, validation
 from xlnet_data.datagen.config import ConfigError
 
 FLAGS = flags.FLAGS
@@ -98,9 +98,12 @@ def find_record_dirs(record_info_dir: str):
     found = []
     for given in record_info_dir.split(","):
         tfrecords = save_dir.tfrecords_dir(given)
-        if not glob.glob(os.path.join(tfrecords, "record_info-*.json")):
+        if not save_dir.record_info_paths(tfrecords):
             raise ConfigError(f"--record_info_dir: no records (record_info-*.json) in {os.path.abspath(tfrecords)}")
-        found.append((tfrecords, save_dir.find_corpus_info(tfrecords)))
+        corpus_info = save_dir.find_corpus_info(tfrecords)
+        if corpus_info:
+            validation.check_corpus_info(corpus_info, save_dir.read_json(corpus_info), tfrecords)
+        found.append((tfrecords, corpus_info))
     return found
 
 
@@ -191,9 +194,29 @@ def config_from_flags():
         run=run, data=data_config, devices=tuple(FLAGS.devices))
 
 
+class _Stopped(BaseException):
+    """SIGTERM outside the training loop (which handles it itself: a checkpoint, then the end)."""
+
+
+def _raise_stopped(signum, frame):
+    del frame
+    raise _Stopped(signum)
+
+
 def main(argv):
     del argv
     logging.getLogger().setLevel(logging.INFO)
+    signal.signal(signal.SIGTERM, _raise_stopped)  # as SIGINT's KeyboardInterrupt: one line, not a silent death
+    try:
+        return _train()
+    except (KeyboardInterrupt, _Stopped) as err:
+        signum = err.args[0] if isinstance(err, _Stopped) else signal.SIGINT
+        print(f"train: stopped by {signal.Signals(signum).name}; no checkpoint written since the last one",
+              file=sys.stderr)
+        return 128 + signum
+
+
+def _train():
     try:
         config = config_from_flags()
     except (ConfigError, ValueError, OSError) as err:  # the configs' own checks raise ValueError
@@ -203,7 +226,7 @@ def main(argv):
     from xlnet_data.pretrain import training
     try:
         result = training.train(config)
-    except (ConfigError, ValueError, OSError) as err:  # checkpoint mismatch, bad JSON, unwritable model_dir...
+    except (ConfigError, ValueError, OSError) as err:  # checkpoint mismatch, bad JSON, damaged records, full disk...
         return cli.fail("train", err)
     except tf.errors.NotFoundError as err:  # e.g. an --init_checkpoint that is not there
         return cli.fail("train", err.message)
@@ -211,6 +234,12 @@ def main(argv):
         if config.strategy != "multi_worker":
             raise
         return cli.fail("train", training.lost_worker_message(err, config.model_dir))
+    if result.stopped_by is not None:
+        kept = (f"saved {result.checkpoint}" if result.checkpoint
+                else "no step since the last checkpoint, nothing to save")
+        print(f"train: stopped by {signal.Signals(result.stopped_by).name} at step {result.step}: {kept}; run the "
+              "same command to resume", file=sys.stderr)
+        return 128 + result.stopped_by
     print(f"done: step {result.step}, checkpoints and summaries in {config.model_dir}", file=sys.stderr)
     return 0
 

@@ -239,12 +239,30 @@ def _cut_short(stream, what, got, want):
     return f"{cause} ({got} of {want} bytes)"
 
 
-def read_records(path, verify_crc=True):
+def _skip(stream, size):
+    """Moves `size` bytes ahead (seeking where the stream can); returns how many there were to skip."""
+    if getattr(stream, "seekable", lambda: False)():
+        here = stream.tell()
+        end = stream.seek(0, 2)
+        target = min(here + size, end)
+        stream.seek(target)
+        return target - here
+    skipped = 0
+    while skipped < size:
+        part = stream.read(min(size - skipped, 1 << 20))
+        if not part:
+            break
+        skipped += len(part)
+    return skipped
+
+
+def read_records(path, verify_crc=True, skip_data=False):
     """Yields `(index, offset, payload)` for each record of a tfrecords file, plain or gzip.
 
     `offset` is the record's byte in the (decompressed) stream. On a truncated file, a CRC
     mismatch or a gzip error, raises RecordError naming the file and the record, after
-    yielding every record before it.
+    yielding every record before it. With `skip_data` the payloads are skipped, not read (the
+    payload's length is yielded instead; only the length CRCs are checked): a cheap walk over the framing.
     """
     stream = _open_records(path)
     try:
@@ -262,16 +280,30 @@ def read_records(path, verify_crc=True):
                 what = "not a TFRecord file" if index == 0 else "corrupt record"
                 raise RecordError(path, index, f"{what}: length CRC mismatch", offset)
             length = int.from_bytes(header[:8], "little")
-            body = _read_up_to(stream, length + 4)
-            if len(body) < length + 4:
-                raise RecordError(path, index, _cut_short(stream, "record data", len(body), length + 4), offset)
-            if verify_crc and not _crc_matches(body, length):
+            if skip_data:
+                got = _skip(stream, length + 4)
+                body = None
+            else:
+                body = _read_up_to(stream, length + 4)
+                got = len(body)
+            if got < length + 4:
+                raise RecordError(path, index, _cut_short(stream, "record data", got, length + 4), offset)
+            if verify_crc and body is not None and not _crc_matches(body, length):
                 raise RecordError(path, index, "corrupt record: data CRC mismatch", offset)
-            yield index, offset, body[:length]
+            yield index, offset, length if body is None else body[:length]
             index += 1
             offset += length + 16
     finally:
         stream.close()
+
+
+def count_records(path):
+    """(number of records, bytes) of a tfrecords file, plain or gzip, walking the framing only (data
+    skipped, length CRCs checked); RecordError on a truncated or corrupt frame."""
+    count = end = 0
+    for index, offset, length in read_records(path, skip_data=True):
+        count, end = index + 1, offset + length + 16
+    return count, end
 
 
 @functools.cache

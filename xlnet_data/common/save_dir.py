@@ -98,6 +98,11 @@ def record_info_glob(tfrecords_dir: str, split: str, settings: RecordSettings) -
     return os.path.join(tfrecords_dir, settings.name(f"record_info-{split}-*", "json"))
 
 
+def record_info_paths(tfrecords_dir: str) -> list[str]:
+    """Every record_info JSON in a tfrecords/ folder, sorted (of any split and settings)."""
+    return fileio.glob(os.path.join(tfrecords_dir, "record_info-*.json"))
+
+
 def record_info_of(record_file: str) -> str:
     """The record_info path beside a records file (which may be gzipped)."""
     name = os.path.basename(record_file)

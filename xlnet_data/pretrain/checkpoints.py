@@ -6,6 +6,7 @@ we load the original's. A directory's `checkpoint` file (the CheckpointState tex
 checkpoints, the latest last, with paths relative to it so that the directory can be moved.
 """
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -19,27 +20,46 @@ class CheckpointMismatchError(ValueError):
     """A checkpoint lacks a variable the model needs, or holds it with another shape."""
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, permission, ...); nothing of it is left behind."""
+
+
+def _reason(err: Exception) -> str:
+    """The cause in a TensorFlow error's message without its op decoration ("No space left on device")."""
+    if isinstance(err, tf.errors.OpError):
+        return err.message.split("; ")[-1].split(" [Op:")[0].strip()
+    return getattr(err, "strerror", None) or str(err)
+
+
 def save(prefix: str, tensors: Mapping[str, tf.Tensor], max_save: Optional[int] = None) -> str:
     """Writes `tensors` under their names as checkpoint `prefix` (e.g. "out/model.ckpt-100") and lists it
     last in the directory's `checkpoint` file; with `max_save`, only the newest max_save stay (older ones
     are deleted). Returns the prefix."""
     directory = os.path.dirname(os.path.abspath(prefix))
-    tf.io.gfile.makedirs(directory)
-    names = list(tensors)
-    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
-                      tensors=[tf.convert_to_tensor(tensors[name]) for name in names])
-    state = tf.train.get_checkpoint_state(directory)
-    previous = [os.path.basename(p) for p in state.all_model_checkpoint_paths] if state else []
-    name = os.path.basename(prefix)
-    kept = [p for p in previous if p != name] + [name]
-    if max_save is not None:
-        kept = kept[-max_save:]
-    lines = [f"model_checkpoint_path: {json.dumps(kept[-1])}"]
-    lines += [f"all_model_checkpoint_paths: {json.dumps(p)}" for p in kept]
-    tmp = os.path.join(directory, "checkpoint.tmp")
-    with tf.io.gfile.GFile(tmp, "w") as fp:
-        fp.write("\n".join(lines) + "\n")
-    tf.io.gfile.rename(tmp, os.path.join(directory, "checkpoint"), overwrite=True)
+    state_path = os.path.join(directory, "checkpoint")
+    try:
+        tf.io.gfile.makedirs(directory)
+        names = list(tensors)
+        tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                          tensors=[tf.convert_to_tensor(tensors[name]) for name in names])
+        state = tf.train.get_checkpoint_state(directory)
+        previous = [os.path.basename(p) for p in state.all_model_checkpoint_paths] if state else []
+        name = os.path.basename(prefix)
+        kept = [p for p in previous if p != name] + [name]
+        if max_save is not None:
+            kept = kept[-max_save:]
+        lines = [f"model_checkpoint_path: {json.dumps(kept[-1])}"]
+        lines += [f"all_model_checkpoint_paths: {json.dumps(p)}" for p in kept]
+        with tf.io.gfile.GFile(state_path + ".tmp", "w") as fp:
+            fp.write("\n".join(lines) + "\n")
+        tf.io.gfile.rename(state_path + ".tmp", state_path, overwrite=True)
+    except (tf.errors.OpError, OSError) as err:
+        # SaveV2 writes under temporary names (….tempstate…) and renames at the end: remove whatever of this
+        # checkpoint exists, so that neither a partial file nor an unlisted checkpoint is left behind.
+        with contextlib.suppress(tf.errors.OpError, OSError):
+            for path in tf.io.gfile.glob(prefix + ".*") + tf.io.gfile.glob(state_path + ".tmp"):
+                tf.io.gfile.remove(path)
+        raise CheckpointWriteError(f"cannot write checkpoint {prefix}: {_reason(err)}") from None
     for old in set(previous) - set(kept):
         for path in tf.io.gfile.glob(os.path.join(directory, old) + ".*"):
             tf.io.gfile.remove(path)
@@ -83,6 +103,13 @@ def read(path: str, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarr
     if problems:
         raise CheckpointMismatchError(f"checkpoint {path} does not fit the model: " + "; ".join(problems))
     return {name: np.asarray(reader.get_tensor(name), dtype=np.float32) for name in shapes}
+
+
+def read_prefixed(path: str, prefix: str) -> dict[str, np.ndarray]:
+    """The checkpoint's tensors whose names start with `prefix`, as arrays (state that is not a variable,
+    such as training's memories); {} when it has none."""
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map() if name.startswith(prefix)}
 
 
 def latest(model_dir: str) -> Optional[str]:

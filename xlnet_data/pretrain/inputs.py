@@ -41,7 +41,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from xlnet_data.common import save_dir
+from xlnet_data.common import save_dir, validation
 from xlnet_data.common.vocab import CLS_ID, SEP_ID
 
 # (example index in the stream [int64 scalar tensor], part 0 = first reuse_len
@@ -104,6 +104,7 @@ class RecordInfo:
 
     filenames: tuple[str, ...]
     num_batch: int
+    units: tuple[tuple[str, int, tuple[str, ...]], ...] = ()  # (record_info path, its num_batch, its files)
 
 
 def find_records(record_info_dir: str, config: InputConfig) -> RecordInfo:
@@ -114,6 +115,7 @@ def find_records(record_info_dir: str, config: InputConfig) -> RecordInfo:
     settings = save_dir.RecordSettings.of(config)
     filenames: list[str] = []
     num_batch = 0
+    units = []
     for record_dir in record_info_dir.split(","):
         pattern = save_dir.record_info_glob(record_dir, config.split, settings)
         info_paths = sorted(glob.glob(pattern))
@@ -123,9 +125,12 @@ def find_records(record_info_dir: str, config: InputConfig) -> RecordInfo:
             if config.num_passes is not None and save_dir.parse_name(info_path).pass_id >= config.num_passes:
                 continue
             info = save_dir.read_json(info_path)
-            num_batch += int(info["num_batch"])
-            filenames += save_dir.record_files(info_path, info)
-    return RecordInfo(tuple(filenames), num_batch)
+            files = save_dir.record_files(info_path, info)
+            batches = validation.read_num_batch(info_path, info)
+            num_batch += batches
+            filenames += files
+            units.append((info_path, batches, tuple(files)))
+    return RecordInfo(tuple(filenames), num_batch, tuple(units))
 
 
 def _read_records(filenames: Sequence[str]) -> tf.data.Dataset:

@@ -35,6 +35,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
+from xlnet_data.common import fileio
 from xlnet_data.pretrain import checkpoints
 
 _ACTIVATIONS = ("relu", "gelu")
@@ -70,8 +71,8 @@ class XLNetConfig:
         return cls(**{name: data[name] for name in names})
 
     def to_json(self, path: str) -> None:
-        with open(path, "w") as fp:
-            json.dump(dataclasses.asdict(self), fp, indent=4, sort_keys=True)
+        """Writes the config atomically (a full disk leaves no half-written file)."""
+        fileio.write_text_atomic(path, json.dumps(dataclasses.asdict(self), indent=4, sort_keys=True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,13 +248,18 @@ class XLNet(tf.Module):
         # float32 storage even under bfloat16 (as TPU bfloat16_scope does): casts happen on read.
         self.weights = {name: tf.Variable(_initial_value(name, shape, run, rng), name=name)
                         for name, shape in variable_shapes(config).items()}
+        # Dropout masks come from a generator of their own, whose state a training checkpoint keeps, so that a
+        # resumed run draws the masks the uninterrupted one would have (under a strategy: one stream per replica).
+        self.dropout_rng = rng.split(1)[0]
 
     # ----- helpers -----
     def _w(self, name: str) -> tf.Tensor:
         return tf.cast(self.weights["model/" + name], self.compute_dtype)
 
     def _dropout(self, x: tf.Tensor, rate: float, training: bool) -> tf.Tensor:
-        return tf.nn.dropout(x, rate=rate) if training and rate > 0 else x
+        if not training or rate == 0:
+            return x
+        return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=self.dropout_rng.make_seeds(1)[:, 0])
 
     def _bias(self, name: str, layer: int) -> tf.Tensor:
         bias = self._w(f"transformer/{name}")

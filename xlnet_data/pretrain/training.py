@@ -4,10 +4,12 @@
     learning_rate      linear warmup, then poly or cosine decay to min_lr_ratio (the original's)
     AdamWeightDecay    the original's optimizer: Adam, or Adam with decoupled weight decay
     save/restore       checkpoints under the original's variable names (+ adam_m/adam_v, global_step)
+    run_state          the rest of what the next step depends on (memories, positions, RNG), checkpointed too
     replica_batches    records -> per-replica batches that keep the records' layout
     sampling_probs     which source each step reads when several are mixed (XLM's sampling factor)
     Trainer            the model, the optimizer and one distributed step
-    train              the loop: steps, logs, TensorBoard summaries, checkpoints
+    train              the loop: steps, logs, TensorBoard summaries, checkpoints; on SIGTERM/SIGINT
+                       a checkpoint at the current step, and the run ends (a re-run resumes exactly)
 
 The step is the original train_gpu.py's: each replica computes the PLM loss of its
 share of the batch with its own memories, the gradients are averaged over the
@@ -24,6 +26,8 @@ import logging
 import math
 import os
 import re
+import signal
+import threading
 import time
 from typing import Any, Optional
 
@@ -31,7 +35,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from xlnet_data.common import fileio
+from xlnet_data.common import fileio, validation
+from xlnet_data.common.records import RecordError, read_examples
 from xlnet_data.datagen.config import ConfigError
 from xlnet_data.pretrain import checkpoints, hf
 from xlnet_data.pretrain.inputs import InputConfig, PermutationFn, find_records, make_dataset
@@ -174,12 +179,14 @@ class AdamWeightDecay(tf.Module):
 # The model's variables, the slots as "<name>/adam_m", "<name>/adam_v", and "global_step", as the
 # original's Saver writes them (see checkpoints.py).
 
-def save(model_dir: str, model: XLNet, optimizer: AdamWeightDecay, max_save: int) -> str:
-    """Writes model_dir/model.ckpt-<step>, lists it in model_dir/checkpoint, keeps the last max_save."""
+def save(model_dir: str, model: XLNet, optimizer: AdamWeightDecay, max_save: int,
+         state: Optional[dict[str, tf.Tensor]] = None) -> str:
+    """Writes model_dir/model.ckpt-<step>, lists it in model_dir/checkpoint, keeps the last max_save.
+    `state`: more tensors to keep in it (run_state's)."""
     step = int(optimizer.step.numpy())
     slots = {var.name.split(":")[0]: var for var in [*optimizer.m.values(), *optimizer.v.values()]}
     return checkpoints.save(os.path.join(model_dir, f"model.ckpt-{step}"),
-                            {"global_step": optimizer.step, **model.weights, **slots}, max_save)
+                            {"global_step": optimizer.step, **model.weights, **slots, **(state or {})}, max_save)
 
 
 def restore(path: str, model: XLNet, optimizer: AdamWeightDecay) -> None:
@@ -255,6 +262,7 @@ class Source:
     name: str
     batches: Any  # iterator of distributed per-replica batches
     mems: Any  # per-replica memories (None without mem_len)
+    position: int = 0  # steps of records read from the start of its stream (the next step reads this one)
     steps: int = 0  # steps this run took from it
 
 
@@ -327,6 +335,20 @@ class Trainer:
         return self.strategy.experimental_distribute_values_from_function(
             lambda _: [tf.cast(mem, self.model.compute_dtype) for mem in self.model.initial_mems(self.bsz_per_replica)])
 
+    def distribute_mems(self, per_replica) -> Any:
+        """Memories from per_replica[r] = [layer 0, layer 1, ...] (arrays, e.g. read from a checkpoint)."""
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda context: [tf.cast(mem, self.model.compute_dtype)
+                             for mem in per_replica[context.replica_id_in_sync_group]])
+
+    def replica_mems(self, mems) -> list[list[tf.Tensor]]:
+        """[replica][layer] tensors of memories as initial_mems or a step gives them ([] without memories)."""
+        if mems is None:
+            return []
+        if isinstance(mems, tf.distribute.DistributedValues):  # initial_mems' values: one list per replica
+            return [list(layers) for layers in self.strategy.experimental_local_results(mems)]
+        return [list(layers) for layers in zip(*(self.strategy.experimental_local_results(mem) for mem in mems))]
+
     def _replica_loss_and_grads(self, features, mems):
         """On one replica: its loss, the gradients averaged over all replicas, its next memories."""
         with tf.GradientTape() as tape:
@@ -354,6 +376,117 @@ class Trainer:
         return self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None), [first(g) for g in grads]
 
 
+# ----- the rest of what a step depends on: in the checkpoint too, for an exact resume --------------
+# Beside the variables, a checkpoint holds under "train_state/": the seed (it draws the factorization
+# orders and the mixing schedule), the dropout generator's state, and for every source the steps of
+# records read (its position in the stream) and each replica's memories. A run resumed from it takes
+# the very steps the uninterrupted run would have taken.
+
+STATE = "train_state/"
+
+
+def run_state(cfg: TrainConfig, trainer: Trainer, sources: list[Source]) -> dict[str, tf.Tensor]:
+    """The tensors that, with the variables, decide the next step."""
+    state = {f"{STATE}seed": tf.constant(cfg.seed, tf.int64), f"{STATE}dropout_rng": trainer.model.dropout_rng.state}
+    for i, source in enumerate(sources):
+        state[f"{STATE}source_{i}/steps_read"] = tf.constant(source.position, tf.int64)
+        for replica, layers in enumerate(trainer.replica_mems(source.mems)):
+            for layer, mem in enumerate(layers):
+                state[f"{STATE}source_{i}/mems/replica_{replica}/layer_{layer}"] = mem
+    return state
+
+
+@dataclasses.dataclass
+class ResumedState:
+    """What restore_state found: per source, its position and its memories ([replica][layer] arrays), or None."""
+
+    positions: Optional[list[int]] = None
+    mems: Optional[list[Optional[list[list[np.ndarray]]]]] = None
+
+
+def restore_state(path: str, cfg: TrainConfig, trainer: Trainer) -> ResumedState:
+    """Restores the dropout generator from checkpoint `path` and returns the sources' positions and memories.
+
+    A checkpoint without that state (an older one, the original's) or one of other sources resumes as before:
+    positions from the schedule, empty memories (with a warning). Another --seed is refused.
+    """
+    saved = checkpoints.read_prefixed(path, STATE)
+    if not saved:
+        log.warning("%s holds no training state (memories, positions): memories start empty", path)
+        return ResumedState()
+    seed = int(saved[f"{STATE}seed"])
+    if seed != cfg.seed:
+        raise ConfigError(f"--seed={cfg.seed}, but {path} was trained with --seed={seed} (it draws the factorization "
+                          f"orders and the mixing schedule): resume with --seed={seed}, or use a new --model_dir")
+    trainer.model.dropout_rng.state.assign(saved[f"{STATE}dropout_rng"])
+    count = len(cfg.sources)
+    positions = [saved.get(f"{STATE}source_{i}/steps_read") for i in range(count)]
+    if None in positions or f"{STATE}source_{count}/steps_read" in saved:
+        log.warning("%s was trained on other sources than --record_info_dir: each starts where the mixing schedule "
+                    "puts it, with empty memories", path)
+        return ResumedState()
+    replicas = len(trainer.replica_mems(trainer.initial_mems()))
+    shape = (cfg.run.mem_len, trainer.bsz_per_replica, cfg.model.d_model)
+    mems = []
+    for i in range(count):
+        found = [[saved.get(f"{STATE}source_{i}/mems/replica_{r}/layer_{layer}") for layer in range(cfg.model.n_layer)]
+                 for r in range(replicas)]
+        usable = all(mem is not None and mem.shape == shape for layers in found for mem in layers)
+        if replicas and not usable:
+            log.warning("%s holds no memories of this shape (%d replica(s) x %s): memories start empty", path,
+                        replicas, list(shape))
+        mems.append(found if replicas and usable else None)
+    return ResumedState([int(position) for position in positions], mems)
+
+
+class _StopSignals:
+    """SIGTERM and SIGINT during training (a preemption, Ctrl-C): noted, and acted on between steps, where
+    the loop saves a checkpoint and ends. A second signal is not caught: it stops the process at once."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __enter__(self):
+        self.signum = None
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():  # Python handles signals only there
+            self._previous = {signum: signal.signal(signum, self._note) for signum in self.SIGNALS}
+        return self
+
+    def _note(self, signum, frame):
+        del frame
+        self.signum = signum
+        for other, handler in self._previous.items():
+            signal.signal(other, handler)
+
+    def __exit__(self, *exc):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def check_records(cfg: TrainConfig) -> None:
+    """Before training: every unit's files hold the records its record_info lists (a cheap walk over the frames;
+    RecordError names the file, the record and the byte where they do not)."""
+    for name in cfg.sources:
+        for info_path, num_batch, files in find_records(name, cfg.data).units:
+            validation.check_unit(info_path, num_batch, list(files), cfg.data.bsz_per_host)
+
+
+def find_damage(record_dir: str, cfg: TrainConfig) -> Optional[RecordError]:
+    """The first record of the source that cannot be trained on (corrupt, or of another schema or vocabulary),
+    read with the CRC checks: what a failed read of the input pipeline ran into."""
+    for path in find_records(record_dir, cfg.data).filenames:
+        try:
+            for _ in read_examples(path, cfg.data.seq_len, cfg.model.n_token):
+                pass
+        except RecordError as err:
+            return err
+    return None
+
+
+class DamagedRecordsError(ValueError):
+    """Training met a record it cannot read; the message names the file, the record and the byte."""
+
+
 # ----- the loop ----------------------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -363,6 +496,8 @@ class TrainResult:
     losses: list[float]  # loss of every step of this run
     trainer: Trainer
     sources: list[Source]
+    stopped_by: Optional[int] = None  # the signal (SIGTERM, SIGINT) that ended the run early
+    checkpoint: Optional[str] = None  # the last checkpoint this run wrote
 
 
 def _check_model_dir(cfg: TrainConfig, chief: bool) -> None:
@@ -373,14 +508,21 @@ def _check_model_dir(cfg: TrainConfig, chief: bool) -> None:
         return
     os.makedirs(cfg.model_dir, exist_ok=True)
     if os.path.exists(path):
-        there = XLNetConfig.from_json(path)
+        try:
+            there = XLNetConfig.from_json(path)
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"{path} is not an xlnet_config.json ({str(err).splitlines()[0]}): a model_dir of "
+                              "another run? Use a new --model_dir") from None
         if there != cfg.model:
             changed = ", ".join(f"{key}={value} (here {getattr(cfg.model, key)})"
                                 for key, value in dataclasses.asdict(there).items()
                                 if value != getattr(cfg.model, key))
             raise ConfigError(f"--model_dir={cfg.model_dir} holds another model: {changed}; use a new model_dir")
     else:
-        cfg.model.to_json(path)
+        try:
+            cfg.model.to_json(path)
+        except OSError as err:
+            raise OSError(f"cannot write {path}: {err.strerror or err}") from None
     # This run's settings, for export_hf's config.json (memory, attention) and tokenizer (uncased); rewritten
     # by every run, since a resumed run may change them.
     settings = {**dataclasses.asdict(cfg.run), "seq_len": cfg.data.seq_len, "perm_size": cfg.data.perm_size,
@@ -388,12 +530,14 @@ def _check_model_dir(cfg: TrainConfig, chief: bool) -> None:
     fileio.write_text_atomic(os.path.join(cfg.model_dir, "run_config.json"), json.dumps(settings, indent=2) + "\n")
 
 
-def _start(cfg: TrainConfig, trainer: Trainer) -> int:
+def _start(cfg: TrainConfig, trainer: Trainer) -> tuple[int, ResumedState]:
     """Resumes from model_dir's latest checkpoint, else starts from --init_checkpoint or scratch."""
     latest = checkpoints.latest(cfg.model_dir)
+    resumed = ResumedState()
     if latest:
         restore(latest, trainer.model, trainer.optimizer)
-        log.info("resumed from %s (step %d; memories start empty)", latest, int(trainer.optimizer.step.numpy()))
+        resumed = restore_state(latest, cfg, trainer)
+        log.info("resumed from %s (step %d)", latest, int(trainer.optimizer.step.numpy()))
     elif cfg.init_checkpoint and hf.is_hf_dir(cfg.init_checkpoint):  # a Transformers directory (export_hf's)
         for name, value in hf.load_weights(cfg.init_checkpoint, cfg.model).items():
             trainer.model.weights[name].assign(value)
@@ -401,7 +545,7 @@ def _start(cfg: TrainConfig, trainer: Trainer) -> int:
     elif cfg.init_checkpoint:
         checkpoints.load(cfg.init_checkpoint, trainer.model.weights)
         log.info("model initialised from %s", cfg.init_checkpoint)
-    return int(trainer.optimizer.step.numpy())
+    return int(trainer.optimizer.step.numpy()), resumed
 
 
 def _check_workers_start_alike(strategy: tf.distribute.Strategy, step: int, model_dir: str) -> None:
@@ -417,20 +561,24 @@ def _check_workers_start_alike(strategy: tf.distribute.Strategy, step: int, mode
                           "or gs://)")
 
 
-def _open_sources(cfg: TrainConfig, trainer: Trainer, step: int, permutation: Optional[PermutationFn]):
-    """The sources, each positioned where this run starts in its own stream, and the source of every step."""
+def _open_sources(cfg: TrainConfig, trainer: Trainer, step: int, permutation: Optional[PermutationFn],
+                  resumed: ResumedState):
+    """The sources, each positioned where this run starts in its own stream (and with its memories, when
+    resumed from a checkpoint that has them), and the source of every step."""
     names = cfg.sources
     probs = sampling_probs([source_tokens(name, cfg.data) for name in names], cfg.mix_sampling_factor or 0.0)
     schedule = mixing_schedule(probs, cfg.train_steps, cfg.seed)  # all zeros with one source
-    done = np.bincount(schedule[:step], minlength=len(names))
+    done = resumed.positions or np.bincount(schedule[:step], minlength=len(names))
     replicas = trainer.strategy.num_replicas_in_sync
     sources = []
-    for name, start in zip(names, done):
+    for i, (name, start) in enumerate(zip(names, done)):
         def dataset_fn(context, name=name, start=int(start)):
             return replica_batches(name, cfg, replicas, start_step=start, permutation=permutation,
                                    input_context=context)
         batches = iter(trainer.strategy.distribute_datasets_from_function(dataset_fn))
-        sources.append(Source(name, batches, trainer.initial_mems()))
+        saved_mems = resumed.mems[i] if resumed.mems else None
+        mems = trainer.distribute_mems(saved_mems) if saved_mems else trainer.initial_mems()
+        sources.append(Source(name, batches, mems, position=int(start)))
     return sources, schedule, probs
 
 
@@ -455,26 +603,54 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
           permutation: Optional[PermutationFn] = None, stop_after: Optional[int] = None) -> TrainResult:
     """Trains until global step cfg.train_steps (resuming from model_dir when it has a checkpoint).
 
+    On SIGTERM or SIGINT the run saves a checkpoint at the current step and returns early (result.stopped_by).
+    Before training, every unit's record count is checked against its record_info; a damaged record met
+    while training raises DamagedRecordsError naming it (after a checkpoint at the current step).
     permutation: fixes the factorization orders (see input_pipeline.fixed_permutation).
     stop_after: end after that many steps of this run without a final checkpoint, as if
       the job were killed (to test resuming).
     """
+    with _StopSignals() as stop:
+        return _train(cfg, stop, strategy, permutation, stop_after)
+
+
+def _train(cfg: TrainConfig, stop: _StopSignals, strategy: Optional[tf.distribute.Strategy],
+           permutation: Optional[PermutationFn], stop_after: Optional[int]) -> TrainResult:
+    check_records(cfg)
     strategy = strategy or make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
     chief = strategy.extended.should_checkpoint  # multi-worker: only the chief writes
     _check_model_dir(cfg, chief)
     trainer = Trainer(cfg, strategy)
-    step = first_step = _start(cfg, trainer)
+    step, resumed = _start(cfg, trainer)
+    first_step = step
     _check_workers_start_alike(strategy, step, cfg.model_dir)
     log.info("%d replica(s) of %d rows; %s parameters", strategy.num_replicas_in_sync, trainer.bsz_per_replica,
              f"{sum(int(np.prod(v.shape)) for v in trainer.variables):,}")
-    sources, schedule, probs = _open_sources(cfg, trainer, step, permutation)
+    sources, schedule, probs = _open_sources(cfg, trainer, step, permutation, resumed)
     writer = tf.summary.create_file_writer(cfg.model_dir) if chief else tf.summary.create_noop_writer()
 
+    saved, saved_step = None, first_step  # this run's last checkpoint (the one it resumed from is at first_step)
+
+    def checkpoint():
+        nonlocal saved, saved_step
+        saved = save(cfg.model_dir, trainer.model, trainer.optimizer, cfg.max_save, run_state(cfg, trainer, sources))
+        saved_step = step
+        log.info("saved %s", saved)
+
     losses, window, tic = [], [], time.time()
+    damage = None
     end = cfg.train_steps if stop_after is None else min(cfg.train_steps, step + stop_after)
-    while step < end:
+    while step < end and stop.signum is None:
         source = sources[schedule[step]]
-        loss, gnorm, lr, source.mems = trainer.step(next(source.batches), source.mems)
+        try:
+            loss, gnorm, lr, source.mems = trainer.step(next(source.batches), source.mems)
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError):
+            log.info("a read failed at step %d; locating the damaged record in %s", step, source.name)
+            damage = find_damage(source.name, cfg)
+            if damage is None:
+                raise  # not the records: a bug worth its traceback
+            break
+        source.position += 1
         source.steps += 1
         step += 1
         window.append(loss)  # a tensor: read at the next report, so the device need not wait
@@ -487,8 +663,14 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
             losses.extend(window)
             window, tic = [], time.time()
         if chief and (cfg.save_steps and step % cfg.save_steps == 0 or step == cfg.train_steps):
-            log.info("saved %s", save(cfg.model_dir, trainer.model, trainer.optimizer, cfg.max_save))
-    if step == first_step:
+            checkpoint()
+    if (stop.signum is not None or damage is not None) and chief and step != saved_step:
+        checkpoint()  # what this run did since its last checkpoint is kept
+    if step == first_step and stop.signum is None and damage is None:
         log.info("nothing to do: %s is at step %d, train_steps is %d", cfg.model_dir, step, cfg.train_steps)
     writer.flush()
-    return TrainResult(step, first_step, losses + [float(value) for value in window], trainer, sources)
+    if damage is not None:
+        kept = f"; {saved} holds the steps before it" if saved else ""
+        raise DamagedRecordsError(f"{damage} (training stopped at step {step}{kept})")
+    return TrainResult(step, first_step, losses + [float(value) for value in window], trainer, sources,
+                       stop.signum, saved)

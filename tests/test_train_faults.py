@@ -1,0 +1,384 @@
+"""Faults of training and of reading records (issue 14): signals, exact resume, damaged records, contradicting
+JSONs, a full model_dir, a closed pipe. Each asserts the exit status, the one-line message (with the path), the
+files left, and where a run can be repeated, that the result equals an uninterrupted run bit for bit."""
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import ROOT, SAMPLE_CORPUS, run_module
+from test_train import TINY_SHAPE, _create, tiny_config
+
+from xlnet_data.common import records, validation
+from xlnet_data.common.save_dir import SaveDirError
+from xlnet_data.pretrain import training as T
+
+RECORDS_NAME = "train-0-0.bsz-8.seqlen-64.reuse-32.uncased.bi.alpha-6.beta-1.fnp-10"
+
+
+@pytest.fixture(scope="module")
+def small_records(sample_spm, tmp_path_factory):
+    """A save_dir from the first 40 lines of one book: 17 steps of 8 rows (bi_data) of 64 tokens."""
+    text_dir = tmp_path_factory.mktemp("small_text")
+    lines = (SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:40]
+    (text_dir / "emma.txt").write_text("\n".join(lines) + "\n")
+    return Path(_create(sample_spm, tmp_path_factory.mktemp("records") / "small", text_dir / "*.txt"))
+
+
+def _records_file(save_dir):
+    return Path(save_dir) / "tfrecords" / f"{RECORDS_NAME}.tfrecords"
+
+
+def _offsets(path):
+    return [offset for _, offset, _ in records.read_records(str(path), skip_data=True)]
+
+
+def _copy(save_dir, tmp_path, name="copy"):
+    target = tmp_path / name
+    shutil.copytree(save_dir, target)
+    return target
+
+
+def _train_args(record_dir, model_dir, *more):
+    return (f"--record_info_dir={record_dir}", f"--model_dir={model_dir}", *TINY_SHAPE, "--mem_len=16",
+            "--dropout=0.1", "--dropatt=0.1", "--learning_rate=1e-3", *more)
+
+
+def _lines(stderr, prefix):
+    return [line for line in stderr.splitlines() if line.startswith(prefix)]
+
+
+def _one_line(result, program, status):
+    """The one `program: ...` line of a run that exited with `status`, without a traceback."""
+    assert result.returncode == status, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    lines = _lines(result.stderr, f"{program}: ")
+    assert len(lines) == 1, result.stderr[-3000:]
+    return lines[0]
+
+
+def _checkpoint_tensors(model_dir):
+    reader = tf.train.load_checkpoint(str(model_dir))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def _no_temporary_files(folder):
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    assert not [n for n in names if ".tmp" in n or "tempstate" in n], names
+
+
+# ----- exact resume --------------------------------------------------------------------------------
+
+def test_50_plus_50_steps_equal_100_straight_bit_for_bit(small_records, tmp_path):
+    """mem_len > 0, bi_data, dropout: memories, positions (the 17 steps of records wrap around), dropout state."""
+    changes = dict(train_steps=100, save_steps=50, mem_len=32, iterations=50)
+    whole_cfg = tiny_config(small_records, tmp_path / "whole", **changes)
+    whole_cfg = T.dataclasses.replace(whole_cfg, run=T.dataclasses.replace(whole_cfg.run, dropout=0.1, dropatt=0.1))
+    cfg = T.dataclasses.replace(whole_cfg, model_dir=str(tmp_path / "pieces"))
+    whole = T.train(whole_cfg)
+    first = T.train(cfg, stop_after=50)  # ends at the checkpoint of step 50, as a killed job
+    second = T.train(cfg)
+    assert (first.step, second.first_step, second.step) == (50, 50, 100)
+    assert first.losses + second.losses == whole.losses
+    assert [source.position for source in second.sources] == [100]
+    ours, theirs = _checkpoint_tensors(cfg.model_dir), _checkpoint_tensors(whole_cfg.model_dir)
+    assert ours.keys() == theirs.keys() and "train_state/source_0/mems/replica_0/layer_1" in ours
+    for name, value in theirs.items():
+        np.testing.assert_array_equal(ours[name], value, err_msg=name)
+
+
+MIRRORED_RESUME = """
+import sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+sys.path.insert(0, sys.argv[1])
+from test_train_faults import check_mirrored_resume
+check_mirrored_resume(sys.argv[2], sys.argv[3])
+print("mirrored resume OK")
+"""
+
+
+def check_mirrored_resume(records, model_dir):
+    """Run in a process with two logical CPUs: 2 + 2 steps on two replicas (each with its own memories and
+    dropout stream) equal 4 straight."""
+    def run(folder, **more):
+        cfg = tiny_config(records, os.path.join(model_dir, folder), train_steps=4, save_steps=2, mem_len=32,
+                          strategy="mirrored", devices=("/cpu:0", "/cpu:1"))
+        cfg = T.dataclasses.replace(cfg, run=T.dataclasses.replace(cfg.run, dropout=0.1))
+        return cfg, T.train(cfg, **more)
+
+    whole_cfg, whole = run("whole")
+    cfg, first = run("pieces", stop_after=2)
+    _, second = run("pieces")
+    assert first.losses + second.losses == whole.losses, (first.losses, second.losses, whole.losses)
+    ours, theirs = _checkpoint_tensors(cfg.model_dir), _checkpoint_tensors(whole_cfg.model_dir)
+    assert "train_state/source_0/mems/replica_1/layer_1" in ours and ours.keys() == theirs.keys()
+    for name, value in theirs.items():
+        np.testing.assert_array_equal(ours[name], value, err_msg=name)
+
+
+def test_two_replicas_resume_exactly_too(small_records, tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-c", MIRRORED_RESUME, str(Path(__file__).parent), str(small_records),
+                             str(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and "mirrored resume OK" in result.stdout, result.stderr[-5000:]
+
+
+def test_resuming_with_another_seed_is_refused(small_records, tmp_path):
+    cfg = tiny_config(small_records, tmp_path / "model", train_steps=2, mem_len=0)
+    T.train(cfg)
+    with pytest.raises(T.ConfigError, match=r"--seed=1, but .*model.ckpt-2 was trained with --seed=0 .*resume with "
+                                            r"--seed=0, or use a new --model_dir"):
+        T.train(T.dataclasses.replace(cfg, seed=1, train_steps=4))
+
+
+# ----- signals ----------------------------------------------------------------------------------------
+
+def _popen_train(*args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-m", "xlnet_data.train_gpu", *map(str, args)], env=env,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+
+
+def _signal_at_step(process, signum, step):
+    """Sends `signum` once the log shows `step`; returns the finished run's (status, stderr)."""
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if f"] step {step} |" in line:
+            process.send_signal(signum)
+            break
+    _, rest = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, "", "".join(seen) + rest)
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_saves_a_checkpoint_and_the_rerun_equals_an_uninterrupted_run(small_records, tmp_path, signum,
+                                                                                status):
+    steps = ["--train_steps=12", "--iterations=1"]
+    whole = run_module("xlnet_data.train_gpu", *_train_args(small_records, tmp_path / "whole", *steps))
+    assert whole.returncode == 0, whole.stderr[-3000:]
+
+    model_dir = tmp_path / "stopped"
+    stopped = _signal_at_step(_popen_train(*_train_args(small_records, model_dir, *steps)), signum, 4)
+    line = _one_line(stopped, "train", status)
+    at = int(line.split(" at step ")[1].split(":")[0])
+    assert 4 <= at < 12, line
+    assert line == (f"train: stopped by {signal.Signals(signum).name} at step {at}: saved {model_dir}/model.ckpt-{at}; "
+                    "run the same command to resume")
+    names = sorted(n for n in os.listdir(model_dir) if not n.startswith("events."))
+    assert names == ["checkpoint", f"model.ckpt-{at}.data-00000-of-00001", f"model.ckpt-{at}.index",
+                     "xlnet_config.json"]
+
+    resumed = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, *steps))
+    assert resumed.returncode == 0 and f"resumed from {model_dir}/model.ckpt-{at} (step {at})" in resumed.stderr
+    ours, theirs = _checkpoint_tensors(model_dir), _checkpoint_tensors(tmp_path / "whole")
+    assert ours.keys() == theirs.keys()
+    for name, value in theirs.items():
+        np.testing.assert_array_equal(ours[name], value, err_msg=name)
+    _no_temporary_files(model_dir)
+
+
+def test_a_signal_before_the_first_step_is_one_line_and_saves_nothing(small_records, tmp_path):
+    model_dir = tmp_path / "model"
+    process = _popen_train(*_train_args(small_records, model_dir, "--train_steps=5"))
+    time.sleep(3)  # in TensorFlow's import or the model's building
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)
+    line = _one_line(subprocess.CompletedProcess(process.args, process.returncode, "", stderr), "train", 143)
+    assert line in ("train: stopped by SIGTERM; no checkpoint written since the last one",
+                    "train: stopped by SIGTERM at step 0: no step since the last checkpoint, nothing to save; run "
+                    "the same command to resume"), line
+    assert not os.path.isdir(model_dir) or not [n for n in os.listdir(model_dir) if n.startswith("model.ckpt")]
+
+
+# ----- damaged records --------------------------------------------------------------------------------
+
+def _damage(save_dir, tmp_path, how):
+    """A copy of save_dir whose records file is damaged `how`; (copy, file, record index, byte offset)."""
+    copy = _copy(save_dir, tmp_path, how)
+    path = _records_file(copy)
+    data = bytearray(path.read_bytes())
+    offsets = _offsets(path)
+    if how == "cut_at_a_record_boundary":
+        index, data = 128, data[:offsets[128]]
+    elif how == "cut_inside_a_record":
+        index, data = 100, data[:offsets[100] + 50]
+    elif how == "bit_flip_in_a_length":
+        index = 90
+        data[offsets[90] + 2] ^= 0x10
+    else:  # bit flip in a record's data: only the full CRC check, as the records are read, sees it
+        index = 60
+        data[offsets[60] + 30] ^= 0x10
+    path.write_bytes(bytes(data))
+    return copy, path, index, offsets[index]
+
+
+@pytest.mark.parametrize("how, fragment", [
+    ("cut_at_a_record_boundary", "the file ends here, after 128 records, but {info} lists num_batch 17 x bsz_per_host "
+                                 "8 = 136: it was cut short; re-create the unit"),
+    ("cut_inside_a_record", "truncated record data (38 of 395 bytes)"),
+    ("bit_flip_in_a_length", "corrupt record: length CRC mismatch"),
+])
+def test_damage_found_at_start_up_stops_train_and_dump_before_anything_is_written(small_records, tmp_path, how,
+                                                                                  fragment):
+    copy, path, index, offset = _damage(small_records, tmp_path, how)
+    info = copy / "tfrecords" / f"record_info-{RECORDS_NAME}.json"
+    want = f"{path}: record {index} (byte {offset}): {fragment.format(info=info)}"
+    model_dir = tmp_path / "model"
+    line = _one_line(run_module("xlnet_data.train_gpu", *_train_args(copy, model_dir, "--train_steps=5")), "train", 2)
+    assert line == f"train: error: {want}"
+    assert not model_dir.exists()
+    line = _one_line(run_module("xlnet_data.dump", copy, "--stats"), "dump", 2)
+    assert line == f"dump: error: {want}"
+
+
+def test_a_bit_flip_met_while_training_is_one_line_after_a_checkpoint_of_the_steps_before(small_records, tmp_path):
+    copy, path, index, offset = _damage(small_records, tmp_path, "bit_flip_in_data")
+    model_dir = tmp_path / "model"
+    result = run_module("xlnet_data.train_gpu", *_train_args(copy, model_dir, "--train_steps=20"))
+    line = _one_line(result, "train", 2)
+    # Record 60 is in the batch of step 8 (8 rows a step): 7 steps are trained and kept.
+    assert line == (f"train: error: {path}: record {index} (byte {offset}): corrupt record: data CRC mismatch "
+                    f"(training stopped at step 7; {model_dir}/model.ckpt-7 holds the steps before it)")
+    assert sorted(n for n in os.listdir(model_dir) if n.startswith("model.ckpt")) == [
+        "model.ckpt-7.data-00000-of-00001", "model.ckpt-7.index"]
+    line = _one_line(run_module("xlnet_data.dump", copy, "--format=json"), "dump", 2)
+    assert line == f"dump: error: {path}: record {index} (byte {offset}): corrupt record: data CRC mismatch"
+
+
+def test_ids_beyond_the_models_vocabulary_name_the_record(small_records, tmp_path):
+    """Records of a larger vocabulary than the model's n_token (library use, no corpus_info to compare with)."""
+    cfg = tiny_config(small_records, tmp_path / "model", train_steps=3, mem_len=0)
+    cfg = T.dataclasses.replace(cfg, model=T.dataclasses.replace(cfg.model, n_token=500))
+    with pytest.raises(T.DamagedRecordsError, match=rf"{_records_file(small_records)}: record 0 \(byte 0\): feature "
+                                                    r"'input' holds id \d+, outside the vocabulary \(size 500\) "
+                                                    r"\(training stopped at step 0\)"):
+        T.train(cfg)
+
+
+def test_count_records_walks_the_frames_of_plain_and_gzip_files(small_records, tmp_path):
+    path = _records_file(small_records)
+    plain = path.read_bytes()
+    gz = tmp_path / "r.tfrecords.gz"
+    gz.write_bytes(gzip.compress(plain))
+    assert records.count_records(str(path)) == records.count_records(str(gz)) == (136, len(plain))
+    cut = tmp_path / "cut.tfrecords"
+    cut.write_bytes(plain[:-5])
+    with pytest.raises(records.RecordError, match=r"record 135 \(byte \d+\): truncated record data"):
+        records.count_records(str(cut))
+
+
+def test_a_file_with_more_records_than_its_record_info_lists_is_refused(small_records, tmp_path):
+    copy = _copy(small_records, tmp_path)
+    path = _records_file(copy)
+    data = path.read_bytes()
+    path.write_bytes(data + data[:_offsets(path)[1]])  # one record appended
+    info = copy / "tfrecords" / f"record_info-{RECORDS_NAME}.json"
+    with pytest.raises(records.RecordError, match=rf"^{path}: record 136 \(byte {len(data)}\): a record more than "
+                                                  rf"{info} lists num_batch 17 x bsz_per_host 8 = 136"):
+        validation.check_record_files([str(path)])
+
+
+# ----- corpus_info.json and record_info against each other and the records ---------------------------
+
+@pytest.mark.parametrize("edit, fragment", [
+    ({"vocab_size": 500}, "vocab_size=500 contradicts the records: {file}: record 0 (byte 0) holds id "),
+    ({"num_core_per_host": 2}, "num_core_per_host=2 contradicts {info} (num_core_per_host=1 in its create_settings)"),
+    ({"seq_len": 100}, "seq_len=100 contradicts {info} (seq_len=64 in its name)"),
+    ({"bi_data": "yes"}, "bi_data='yes' is not true or false"),
+    ("{\"vocab_size\": 1000,", " is not valid JSON ("),
+])
+def test_a_corpus_info_that_contradicts_the_records_is_one_line_naming_the_file_and_field(small_records, tmp_path,
+                                                                                          edit, fragment):
+    copy = _copy(small_records, tmp_path)
+    corpus_info = copy / "corpus_info.json"
+    if isinstance(edit, dict):
+        corpus_info.write_text(json.dumps({**json.loads(corpus_info.read_text()), **edit}))
+    else:
+        corpus_info.write_text(edit)
+    want = fragment.format(file=_records_file(copy), info=copy / "tfrecords" / f"record_info-{RECORDS_NAME}.json")
+    model_dir = tmp_path / "model"
+    train = _one_line(run_module("xlnet_data.train_gpu", *_train_args(copy, model_dir, "--train_steps=2")), "train", 2)
+    dump = _one_line(run_module("xlnet_data.dump", copy, "--limit=1"), "dump", 2)
+    for line, program in ((train, "train"), (dump, "dump")):
+        assert line.startswith(f"{program}: error: {corpus_info}") and want in line, line
+    assert not model_dir.exists()
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    ({"num_batch": "17"}, "num_batch='17' is not a count of batches"),
+    ({"num_batch": 18}, "lists num_batch 18 x bsz_per_host 8 = 144: it was cut short"),
+])
+def test_a_record_info_that_contradicts_its_records_is_one_line(small_records, tmp_path, edit, fragment):
+    copy = _copy(small_records, tmp_path)
+    info = copy / "tfrecords" / f"record_info-{RECORDS_NAME}.json"
+    info.write_text(json.dumps({**json.loads(info.read_text()), **edit}))
+    with pytest.raises((SaveDirError, records.RecordError), match=fragment.replace("(", r"\(")):
+        validation.check_record_files([str(_records_file(copy))])
+    line = _one_line(run_module("xlnet_data.train_gpu", *_train_args(copy, tmp_path / "m", "--train_steps=2")),
+                     "train", 2)
+    assert str(info) in line and fragment in line, line
+
+
+# ----- a full model_dir -------------------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 400 KB tmpfs (the tiny model's checkpoint needs about 700 KB); skipped where mounting is not allowed."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode:
+        pytest.skip(f"cannot mount a small tmpfs here (not root?): {made.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_model_dir_is_one_line_naming_the_checkpoint_and_leaves_no_temporary_file(small_records, small_disk):
+    model_dir = small_disk / "model"
+    result = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"))
+    line = _one_line(result, "train", 2)
+    assert line == f"train: error: cannot write checkpoint {model_dir}/model.ckpt-2: No space left on device"
+    assert sorted(n for n in os.listdir(model_dir) if not n.startswith("events.")) == ["xlnet_config.json"]
+    _no_temporary_files(model_dir)
+
+
+def test_a_model_dir_full_from_the_start_is_one_line_naming_the_config(small_records, small_disk):
+    filler = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)
+    try:  # fill the disk
+        while os.write(filler, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(filler)
+    model_dir = small_disk / "model"
+    result = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"))
+    line = _one_line(result, "train", 2)
+    assert line == f"train: error: cannot write {model_dir}/xlnet_config.json: No space left on device"
+    assert os.listdir(model_dir) == []
+
+
+# ----- dump into a closed pipe ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("view", [[], ["--format=json"]])
+def test_dump_into_a_pipe_closed_early_exits_0_without_a_traceback(small_records, view):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    dump = subprocess.Popen([sys.executable, "-m", "xlnet_data.dump", str(small_records), *view], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = dump.stdout.readline()  # `dump ... | head -1`
+    dump.stdout.close()
+    stderr = dump.stderr.read().decode()
+    assert dump.wait(timeout=120) == 0 and first
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr

@@ -1,0 +1,158 @@
+"""Checks that the parts of a save_dir agree, for every reader (train_gpu, the input pipeline, dump).
+
+    check_corpus_info   corpus_info.json against the record_info JSONs (their names and create_settings)
+                        and against the first records (their length, their ids against vocab_size)
+    check_unit          a record_info's num_batch x bsz_per_host against the records its files hold
+    check_record_files  check_unit for every records file that has a record_info beside it
+
+Each contradiction is a SaveDirError (or a RecordError naming the file, the record and the byte)
+whose one line names the file and the field. The checks are cheap (the record frames are walked,
+not read; only the first batch of a file is parsed), so they run before any training; a record
+damaged further in is found by the CRC check of whoever reads it.
+"""
+
+import os
+from typing import Optional
+
+from xlnet_data.common import save_dir
+from xlnet_data.common.records import RecordError, count_records, parse_example, read_records
+from xlnet_data.common.save_dir import SaveDirError
+
+# corpus_info.json's fields that a record_info's file name encodes too (RecordSettings' fields).
+_NAMED_FIELDS = ("bsz_per_host", "seq_len", "reuse_len", "bi_data", "uncased", "mask_alpha", "mask_beta", "num_predict")
+_INT_FIELDS = ("vocab_size", "bsz_per_host", "num_core_per_host", "seq_len", "reuse_len", "mask_alpha", "mask_beta",
+               "num_predict")
+_BOOL_FIELDS = ("bi_data", "uncased", "use_eod")
+
+
+def _check_types(path: str, info: dict) -> None:
+    for key in _INT_FIELDS:
+        value = info.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise SaveDirError(f"{path}: {key}={value!r} is not a positive integer; re-create the save_dir, or fix it")
+    for key in _BOOL_FIELDS:
+        value = info.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise SaveDirError(f"{path}: {key}={value!r} is not true or false; re-create the save_dir, or fix it")
+
+
+def _created_num_core(create_settings: dict) -> Optional[int]:
+    """The cores create laid the rows out for (the original forces 1 without a TPU)."""
+    if "num_core_per_host" not in create_settings:
+        return None
+    return create_settings["num_core_per_host"] if create_settings.get("use_tpu", True) else 1
+
+
+def _disagreements(info: dict, info_path: str, unit: dict) -> list[str]:
+    """`key=value` of the record_info `info_path` (its name, its create_settings) where corpus_info `info` differs."""
+    found = []
+    parsed = save_dir.parse_name(info_path)
+    if parsed is not None:
+        for key in _NAMED_FIELDS:
+            theirs = getattr(parsed.settings, key)
+            if key in info and theirs is not None and info[key] != theirs:
+                found.append(f"{key}={theirs} in its name")
+    created = unit.get("create_settings")
+    if isinstance(created, dict):
+        cores = _created_num_core(created)
+        if "num_core_per_host" in info and cores is not None and info["num_core_per_host"] != cores:
+            found.append(f"num_core_per_host={cores} in its create_settings")
+        if "use_eod" in info and "use_eod" in created and info["use_eod"] != created["use_eod"]:
+            found.append(f"use_eod={created['use_eod']} in its create_settings")
+    return found
+
+
+def check_corpus_info(corpus_info_path: str, info: dict, tfrecords_dir: str, split: str = "train") -> None:
+    """corpus_info.json against the record_infos of `split` in tfrecords_dir and their first records.
+
+    A folder may hold records of several settings (their names differ); corpus_info.json must agree with
+    at least one record_info, and the first batch of that unit's records must have seq_len positions and
+    ids below vocab_size.
+    """
+    _check_types(corpus_info_path, info)
+    info_paths = [path for path in save_dir.record_info_paths(tfrecords_dir)
+                  if getattr(save_dir.parse_name(path), "split", None) in (None, split)]
+    if not info_paths:
+        return
+    closest = None
+    for info_path in info_paths:
+        unit = save_dir.read_json(info_path)
+        problems = _disagreements(info, info_path, unit)
+        if not problems:
+            _check_first_records(corpus_info_path, info, info_path, unit)
+            return
+        if closest is None or len(problems) < len(closest[1]):
+            closest = (info_path, problems)
+    info_path, problems = closest
+    first = problems[0].split("=")[0]
+    raise SaveDirError(f"{corpus_info_path}: {first}={info[first]} contradicts {info_path} ({'; '.join(problems)}), "
+                       f"and no record_info in {tfrecords_dir} agrees with it; re-create the save_dir, or fix "
+                       f"corpus_info.json")
+
+
+def _check_first_records(corpus_info_path: str, info: dict, info_path: str, unit: dict) -> None:
+    """The first batch of the unit's first file has corpus_info's seq_len positions and ids below its vocab_size."""
+    files = save_dir.record_files(info_path, unit)
+    if not files:
+        return
+    seq_len, vocab_size = info.get("seq_len"), info.get("vocab_size")
+    for index, offset, payload in read_records(files[0]):
+        features = parse_example(payload, None, None, files[0], index, offset)
+        where = f"{files[0]}: record {index} (byte {offset})"
+        if seq_len is not None and len(features["input"]) != seq_len:
+            raise SaveDirError(f"{corpus_info_path}: seq_len={seq_len} contradicts the records: {where} has "
+                               f"{len(features['input'])} positions; re-create the save_dir, or fix corpus_info.json")
+        largest = int(max(features["input"].max(), features["target"].max()))
+        if vocab_size is not None and largest >= vocab_size:
+            raise SaveDirError(f"{corpus_info_path}: vocab_size={vocab_size} contradicts the records: {where} holds "
+                               f"id {largest}; re-create the save_dir, or fix corpus_info.json")
+        if index + 1 >= (info.get("bsz_per_host") or 1):
+            break
+
+
+def read_num_batch(info_path: str, unit: dict) -> int:
+    """A record_info's num_batch; SaveDirError names the file when it is missing or not a count."""
+    value = unit.get("num_batch")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SaveDirError(f"{info_path}: num_batch={value!r} is not a count of batches; re-create the unit")
+    return value
+
+
+def check_unit(info_path: str, num_batch: int, files: list[str], bsz_per_host: Optional[int] = None) -> None:
+    """The files of a record_info hold exactly num_batch x bsz_per_host records (bsz_per_host: from the
+    record_info's name when not given); RecordError names the file, the record and the byte where not."""
+    if bsz_per_host is None:
+        parsed = save_dir.parse_name(info_path)
+        if parsed is None:
+            return
+        bsz_per_host = parsed.settings.bsz_per_host
+    expected = num_batch * bsz_per_host
+    lists = f"{info_path} lists num_batch {num_batch} x bsz_per_host {bsz_per_host} = {expected}"
+    total = 0
+    for path in files:
+        count, end = count_records(path)
+        if total + count > expected:
+            raise RecordError(path, expected - total, f"a record more than {lists}; re-create the unit",
+                              _offset_of(path, expected - total))
+        total += count
+    if total < expected:
+        raise RecordError(files[-1], count, f"the file ends here, after {total} records, but {lists}: it was cut "
+                          "short; re-create the unit", end)
+
+
+def _offset_of(path: str, index: int) -> int:
+    """The byte where record `index` of a file starts."""
+    return next(offset for i, offset, _ in read_records(path, skip_data=True) if i == index)
+
+
+def check_record_files(paths: list[str]) -> None:
+    """check_unit for every records file among `paths` that has a record_info beside it (files without one,
+    e.g. renamed copies, are not checked)."""
+    checked = set()
+    for path in paths:
+        info_path = save_dir.record_info_of(path)
+        if info_path in checked or not os.path.isfile(info_path):
+            continue
+        checked.add(info_path)
+        unit = save_dir.read_json(info_path)
+        check_unit(info_path, read_num_batch(info_path, unit), save_dir.record_files(info_path, unit))
