@@ -15,7 +15,7 @@ import sys
 from absl import flags
 
 from xlnet_data import cli
-from xlnet_data.common import save_dir, validation
+from xlnet_data.common import save_dir, stopping, validation
 from xlnet_data.datagen.config import ConfigError
 
 FLAGS = flags.FLAGS
@@ -194,26 +194,15 @@ def config_from_flags():
         run=run, data=data_config, devices=tuple(FLAGS.devices))
 
 
-class _Stopped(BaseException):
-    """SIGTERM outside the training loop (which handles it itself: a checkpoint, then the end)."""
-
-
-def _raise_stopped(signum, frame):
-    del frame
-    raise _Stopped(signum)
-
-
 def main(argv):
     del argv
     logging.getLogger().setLevel(logging.INFO)
-    signal.signal(signal.SIGTERM, _raise_stopped)  # as SIGINT's KeyboardInterrupt: one line, not a silent death
     try:
-        return _train()
-    except (KeyboardInterrupt, _Stopped) as err:
-        signum = err.args[0] if isinstance(err, _Stopped) else signal.SIGINT
-        print(f"train: stopped by {signal.Signals(signum).name}; no checkpoint written since the last one",
-              file=sys.stderr)
-        return 128 + signum
+        with stopping.stop_on_signals():  # outside the training loop, which saves a checkpoint first
+            return _train()
+    except stopping.Stopped as stop:
+        print(f"train: stopped by {stop.name}; no checkpoint written since the last one", file=sys.stderr)
+        return stop.exit_status
 
 
 def _train():

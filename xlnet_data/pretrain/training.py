@@ -26,8 +26,6 @@ import logging
 import math
 import os
 import re
-import signal
-import threading
 import time
 from typing import Any, Optional
 
@@ -35,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from xlnet_data.common import fileio, validation
+from xlnet_data.common import fileio, stopping, validation
 from xlnet_data.common.records import RecordError, read_examples
 from xlnet_data.datagen.config import ConfigError
 from xlnet_data.pretrain import checkpoints, hf
@@ -439,30 +437,6 @@ def restore_state(path: str, cfg: TrainConfig, trainer: Trainer) -> ResumedState
     return ResumedState([int(position) for position in positions], mems)
 
 
-class _StopSignals:
-    """SIGTERM and SIGINT during training (a preemption, Ctrl-C): noted, and acted on between steps, where
-    the loop saves a checkpoint and ends. A second signal is not caught: it stops the process at once."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __enter__(self):
-        self.signum = None
-        self._previous = {}
-        if threading.current_thread() is threading.main_thread():  # Python handles signals only there
-            self._previous = {signum: signal.signal(signum, self._note) for signum in self.SIGNALS}
-        return self
-
-    def _note(self, signum, frame):
-        del frame
-        self.signum = signum
-        for other, handler in self._previous.items():
-            signal.signal(other, handler)
-
-    def __exit__(self, *exc):
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-
 def check_records(cfg: TrainConfig) -> None:
     """Before training: every unit's files hold the records its record_info lists (a cheap walk over the frames;
     RecordError names the file, the record and the byte where they do not)."""
@@ -610,11 +584,11 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
     stop_after: end after that many steps of this run without a final checkpoint, as if
       the job were killed (to test resuming).
     """
-    with _StopSignals() as stop:
+    with stopping.SignalNote() as stop:
         return _train(cfg, stop, strategy, permutation, stop_after)
 
 
-def _train(cfg: TrainConfig, stop: _StopSignals, strategy: Optional[tf.distribute.Strategy],
+def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.distribute.Strategy],
            permutation: Optional[PermutationFn], stop_after: Optional[int]) -> TrainResult:
     check_records(cfg)
     strategy = strategy or make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
