@@ -68,6 +68,7 @@ def test_reuse_len_other_than_half_is_supported(tmp_path):
 
 def test_help_explains_every_flag():
     result = run_module("xlnet_data.create", "--help")
+    assert result.returncode == 0, result.stderr
     for flag in ("bsz_per_host", "num_core_per_host", "seq_len", "reuse_len", "uncased", "bi_data", "mask_alpha",
                  "mask_beta", "use_eod", "from_raw_text", "num_predict", "input_glob", "sp_path", "save_dir",
                  "split", "pass_id", "num_task", "task", "num_passes", "num_workers", "span_unit", "overwrite"):

@@ -31,8 +31,7 @@ _DATA_FLAGS = {
 }
 
 
-class CommandError(Exception):
-    """A problem the user can fix, reported as one line `program: error: ...` with exit status 2."""
+_HELP_FLAGS = {"--help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml"}
 
 
 def define_data_flags(defaults, note=""):
@@ -86,5 +85,9 @@ def run(main, program, doc, define_flags):
         except flags.Error as err:
             print(f"{program}: error: {err} (see --help)", file=sys.stderr)
             sys.exit(2)
+        except SystemExit:
+            if _HELP_FLAGS & set(argv[1:]):
+                sys.exit(0)  # absl exits 1 after printing the help; asking for help is not an error
+            raise
 
     app.run(main, flags_parser=parse)
