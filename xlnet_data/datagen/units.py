@@ -101,7 +101,7 @@ def read_task_stream(config: CreateConfig, files, sp, result: UnitResult, on_pro
 @numba.njit(cache=True)
 def _write_steps(data, sent_ids, source, reverse, first_step, max_steps, seq_len, reuse_len, goal_mem,
                  goal_ab, mask_alpha, mask_beta, word_spans, is_start, cdf, np_mt, py_mt, cut_points,
-                 keys, key_lengths, crc_table, buf):
+                 keys, key_lengths, buf):
     """Serialises up to `max_steps` steps (one example per row each) from step `first_step` into `buf`.
 
     Returns (steps written, bytes written, done). `done` is True once the rows are used up or a row
@@ -153,7 +153,7 @@ def _write_steps(data, sent_ids, source, reverse, first_step, max_steps, seq_len
             for k in range(seq_len):
                 values[1, k] = mask[k]
             values[4, 0] = label
-            pos = records.put_record(buf, pos, values, lengths, keys, key_lengths, crc_table)
+            pos = records.put_record(buf, pos, values, lengths, keys, key_lengths)
     return max_steps, pos, False
 
 
@@ -171,7 +171,7 @@ def write_unit_records(config: CreateConfig, rows: layout.Rows, is_start, np_mt,
             rows.data, rows.sent_ids, rows.source, rows.reverse, num_batch, steps_per_chunk, config.seq_len,
             config.reuse_len, goal_mem, goal_ab, config.mask_alpha, config.mask_beta,
             config.span_unit == "word", is_start, cdf, np_mt, py_mt, cut_points, records.FEATURE_KEYS,
-            records.FEATURE_KEY_LENGTHS, records.CRC32C_TABLE, buf)
+            records.FEATURE_KEY_LENGTHS, buf)
         out.write(buf[:nbytes].tobytes())  # bytes: tf.io.gfile (remote paths) takes no memoryview
         num_batch += steps
         if on_records:
