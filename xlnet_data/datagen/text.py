@@ -22,13 +22,19 @@ def preprocess_texts(lines, lower):
 
     After the whitespace, the steps run once on the lines joined by "\\n": each acts within a line (NFKD
     reorders only between starters, and "\\n" is one; final-sigma lower-casing stops at it), so the
-    result is line by line's.
+    result is line by line's. NFKD and the accent removal (a dictionary lookup per character) only see
+    the lines that are not ASCII, since they leave ASCII as it is: most lines of most corpora.
     """
     if not lines:
         return []
     text = "\n".join([" ".join(line.split()) for line in lines]).replace("``", '"').replace("''", '"')
     if not text.isascii():
-        text = unicodedata.normalize("NFKD", text).translate(_drop_combining_table())
+        lines = text.split("\n")
+        wide = [i for i, line in enumerate(lines) if not line.isascii()]
+        decomposed = unicodedata.normalize("NFKD", "\n".join([lines[i] for i in wide]))
+        for i, line in zip(wide, decomposed.translate(_drop_combining_table()).split("\n")):
+            lines[i] = line
+        text = "\n".join(lines)
     return (text.lower() if lower else text).split("\n")
 
 
