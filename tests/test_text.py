@@ -76,18 +76,6 @@ def test_sentence_flags_alternate_and_eod_takes_the_flipped_flag(sp, tmp_path):
     assert flags.tolist() == want
 
 
-def test_shards_are_flipped_so_that_files_never_merge_sentences():
-    shard = lambda ids, flags: corpus.Shard("f", [np.array(ids, np.int32)], [np.array(flags, bool)],
-                                            corpus.FileStats(tokens=len(ids)))
-    shards = [shard([1, 2], [True, False]), shard([3, 4, 5], [True, True, False])]
-    ids, flags = corpus.concatenate_shards(shards, [0, 1])
-    assert ids.tolist() == [1, 2, 3, 4, 5]
-    assert flags.tolist() == [True, False, True, True, False]
-    shards = [shard([1, 2], [True, True]), shard([3], [True])]
-    ids, flags = corpus.concatenate_shards(shards, [1, 0])
-    assert ids.tolist() == [3, 1, 2] and flags.tolist() == [True, False, False]
-
-
 def test_bidirectional_layout_interleaves_reversed_rows_per_core():
     ids = np.arange(24, dtype=np.int32)
     rows = layout.layout_rows(ids, ids % 2 == 0, bsz_per_host=8, num_core=2, bi_data=True)

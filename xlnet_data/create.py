@@ -13,11 +13,12 @@ from absl import flags
 
 from xlnet_data import cli
 from xlnet_data.common.vocab import VocabError
-from xlnet_data.datagen import beam_runner
+from xlnet_data.datagen import beam_runner, token_cache
 from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, ConfigError, CreateConfig
 from xlnet_data.datagen.corpus import InputError
 from xlnet_data.datagen.local_runner import run_local
 from xlnet_data.datagen.plan import CreateError, make_plan, prepare_save_dir
+from xlnet_data.datagen.token_cache import TokenCacheError
 
 log = logging.getLogger("xlnet_data")
 FLAGS = flags.FLAGS
@@ -50,6 +51,9 @@ def define_flags():
     flags.DEFINE_bool("strict", False, "Stop on a line that is not valid UTF-8 instead of replacing its bad bytes.")
     flags.DEFINE_bool("overwrite", False,
                       "Redo units that are already complete, and accept a save_dir written with other flags.")
+    flags.DEFINE_bool("keep_cache", False,
+                      "Keep save_dir/token_cache (each task's encoded files, read by all its passes) after the run "
+                      "completes; by default it is deleted then. A run stopped early always keeps it for the re-run.")
     flags.DEFINE_enum("runner", "local", ["local", "beam"],
                       "local: worker processes on this machine; beam: an Apache Beam pipeline, one element per unit.")
     flags.DEFINE_string("beam_runner", "DirectRunner",
@@ -76,7 +80,9 @@ def main(argv):
         plan = make_plan(config, FLAGS.overwrite)
         prepare_save_dir(config, plan)
         results = run_units(config, plan)
-    except (ConfigError, CreateError, InputError, VocabError) as err:
+        if not FLAGS.keep_cache:
+            token_cache.remove(config)
+    except (ConfigError, CreateError, InputError, VocabError, TokenCacheError) as err:
         return cli.fail("create", err)
     except OSError as err:
         return cli.fail("create", f"{err.filename or ''}: {err.strerror or err}")

@@ -1,4 +1,4 @@
-"""One (task, pass) unit of `create`: files → stream → rows → A/B pairs + masks → records.
+"""One (task, pass) unit of `create`: token cache → stream → rows → A/B pairs + masks → records.
 
 The per-example loop (pairing, masking, serialisation) runs in compiled code over chunks of steps;
 the random streams are the original's (numpy's legacy generator for the file order and the masks,
@@ -15,11 +15,10 @@ import numpy as np
 
 from xlnet_data.common import fileio, records, save_dir
 from xlnet_data.common.vocab import CLS_ID, SEP_ID, start_piece_table
-from xlnet_data.datagen import corpus, layout, rng
+from xlnet_data.datagen import layout, rng, token_cache
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.masking import ngram_cdf, sample_mask
 from xlnet_data.datagen.pairing import new_cut_points, split_a_and_b
-from xlnet_data.datagen.text import Encoder
 
 log = logging.getLogger("xlnet_data")
 
@@ -70,32 +69,6 @@ def corpus_info(config: CreateConfig, vocab_size):
         "num_predict": config.num_predict, "use_eod": config.use_eod, "sp_path": config.sp_path,
         "input_glob": config.input_glob,
     }
-
-
-def read_task_stream(config: CreateConfig, files, sp, result: UnitResult, on_progress=None, encode_threads=-1):
-    """The unit's token stream: its files encoded, ordered by the seeded permutation, flags flipped.
-
-    Returns (ids, sent_ids, numpy RandomState positioned after the permutation draw).
-    """
-    encoder = Encoder(sp, encode_threads) if config.from_raw_text else None
-    shards = []
-    for path in files:
-        shard = corpus.read_shard(path, encoder, from_raw_text=config.from_raw_text, uncased=config.uncased,
-                                  use_eod=config.use_eod, vocab_size=sp.get_piece_size(),
-                                  strict=config.strict, on_progress=on_progress)
-        if shard is None:
-            log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)
-            result.skipped_files += 1
-            continue
-        shards.append(shard)
-        result.files += 1
-        result.lines += shard.stats.lines
-        result.invalid_utf8_lines += shard.stats.invalid_utf8_lines
-    random_state = np.random.RandomState(result.unit.seed)
-    order = random_state.permutation(len(shards))
-    ids, sent_ids = corpus.concatenate_shards(shards, order)
-    result.tokens = int(ids.size)
-    return ids, sent_ids, random_state
 
 
 @numba.njit(cache=True)
@@ -191,14 +164,21 @@ def record_settings(config: CreateConfig):
     return settings
 
 
-def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None, on_records=None,
-             encode_threads=-1) -> UnitResult:
-    """Creates one unit's tfrecords and then its record_info JSON (last, so it marks completion).
+def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None) -> UnitResult:
+    """Creates one unit's tfrecords from its task's token cache, then its record_info JSON (last, so it
+    marks completion).
 
     record_info holds the original's keys (`filenames`, `num_batch`) and `create_settings`.
     """
-    result = UnitResult(unit)
-    ids, sent_ids, random_state = read_task_stream(config, files, sp, result, on_progress, encode_threads)
+    index = token_cache.read_index(config, unit.task, cache_key)
+    if index is None:
+        raise token_cache.TokenCacheError(f"task {unit.task} pass {unit.pass_id}: its token cache is missing "
+                                          f"from {config.save_dir}; run the same command again")
+    result = UnitResult(unit, files=len(index.shards), lines=sum(s["lines"] for s in index.shards),
+                        tokens=index.tokens, invalid_utf8_lines=sum(s["invalid_utf8_lines"] for s in index.shards),
+                        skipped_files=index.skipped_files)
+    random_state = np.random.RandomState(unit.seed)
+    ids, sent_ids = token_cache.read_stream(config, index, random_state.permutation(len(index.shards)))
     rows = layout.layout_rows(ids, sent_ids, config.bsz_per_host, config.num_core, config.bi_data)
     record_path, info_path = record_paths(config, unit)
     try:
