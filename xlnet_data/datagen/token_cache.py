@@ -32,7 +32,7 @@ from xlnet_data.datagen.text import Encoder
 log = logging.getLogger("xlnet_data")
 
 CACHE_FORMAT = 1
-FLAG_PIECE_TOKENS = 1 << 23  # flags unpacked this many at a time when a stream is read back
+FLAG_PIECE_TOKENS = 1 << 20  # flags unpacked this many at a time when a stream is read back (1 MB of scratch)
 
 
 class TokenCacheError(ValueError):
