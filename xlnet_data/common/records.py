@@ -49,24 +49,24 @@ def _host_has_crc32_instruction():
 HARDWARE_CRC32C = _host_has_crc32_instruction()
 
 
-@intrinsic
-def _crc32_u64(typingctx, crc, word):
-    """SSE 4.2 `crc32 r64, r/m64`: folds eight bytes (little-endian word) into the CRC-32C state."""
-    def codegen(context, builder, signature, args):
-        function_type = ir.FunctionType(ir.IntType(64), [ir.IntType(64), ir.IntType(64)])
-        function = builder.module.declare_intrinsic("llvm.x86.sse42.crc32.64.64", fnty=function_type)
-        return builder.call(function, args)
-    return types.uint64(types.uint64, types.uint64), codegen
+def _crc32_instruction(state_bits, data_bits):
+    """SSE 4.2's `crc32` on a `data_bits` operand (8 or 64), folding it into the CRC-32C state, as a function
+    that compiled code calls (LLVM emits the one instruction: no call overhead)."""
+    state_type, data_type = getattr(types, f"uint{state_bits}"), getattr(types, f"uint{data_bits}")
+    name = f"llvm.x86.sse42.crc32.{state_bits}.{data_bits}"
+
+    @intrinsic
+    def crc32(typingctx, crc, data):
+        def codegen(context, builder, signature, args):
+            function_type = ir.FunctionType(ir.IntType(state_bits), [ir.IntType(state_bits), ir.IntType(data_bits)])
+            return builder.call(builder.module.declare_intrinsic(name, fnty=function_type), args)
+        return state_type(state_type, data_type), codegen
+
+    return crc32
 
 
-@intrinsic
-def _crc32_u8(typingctx, crc, byte):
-    """SSE 4.2 `crc32 r32, r/m8`: folds one byte into the CRC-32C state."""
-    def codegen(context, builder, signature, args):
-        function_type = ir.FunctionType(ir.IntType(32), [ir.IntType(32), ir.IntType(8)])
-        function = builder.module.declare_intrinsic("llvm.x86.sse42.crc32.32.8", fnty=function_type)
-        return builder.call(function, args)
-    return types.uint32(types.uint32, types.uint8), codegen
+_crc32_u64 = _crc32_instruction(64, 64)  # eight bytes, a little-endian word
+_crc32_u8 = _crc32_instruction(32, 8)
 
 
 @numba.njit(cache=True)
