@@ -7,6 +7,7 @@ complete, so a reader never sees a half-written file under its final name.
 
 import contextlib
 import glob as _glob
+import io
 import os
 import uuid
 
@@ -86,6 +87,12 @@ def atomic_write(path):
         with contextlib.suppress(OSError, Exception):
             remove(tmp)
         raise
+
+
+def write_array(f, array):
+    """Writes a contiguous numpy array's bytes to a file of atomic_write: a local file takes the
+    array's buffer as it is (no copy); tf.io.gfile takes only bytes."""
+    f.write(memoryview(array).cast("B") if isinstance(f, io.IOBase) else array.tobytes())
 
 
 def write_text_atomic(path, text):

@@ -113,13 +113,12 @@ def encode_task(config: CreateConfig, task, files, key, sp, on_progress=None, en
                      "invalid_utf8_lines": shard.stats.invalid_utf8_lines, "ids_offset": offset}
             flag_chunks = []
             while shard.ids:  # released as written: the file is never held twice
-                chunk = shard.ids.pop(0).astype("<i4", copy=False)
-                out.write(chunk.tobytes())
+                fileio.write_array(out, shard.ids.pop(0).astype("<i4", copy=False))
                 flag_chunks.append(shard.sent_ids.pop(0))
             offset += 4 * shard.num_tokens
             entry["flags_offset"] = offset
             for packed in _packed(flag_chunks):
-                out.write(packed.tobytes())
+                fileio.write_array(out, packed)
                 offset += packed.size
             shards.append(entry)
     index = {"format": CACHE_FORMAT, "task": task, "key": key, "files": list(files), "skipped_files": skipped,

@@ -145,7 +145,7 @@ def write_unit_records(config: CreateConfig, rows: layout.Rows, is_start, np_mt,
             config.reuse_len, goal_mem, goal_ab, config.mask_alpha, config.mask_beta,
             config.span_unit == "word", is_start, cdf, np_mt, py_mt, cut_points, records.FEATURE_KEYS,
             records.FEATURE_KEY_LENGTHS, buf)
-        out.write(buf[:nbytes].tobytes())  # bytes: tf.io.gfile (remote paths) takes no memoryview
+        fileio.write_array(out, buf[:nbytes])
         num_batch += steps
         if on_records:
             on_records(steps * bsz)
