@@ -142,15 +142,21 @@ def test_sigkill_leaves_nothing_training_would_read_and_a_rerun_completes_it(tmp
     for info in infos:  # what training reads is complete: every record_info names a whole file
         for name in json.loads(info.read_text())["filenames"]:
             assert os.path.exists(name)
-    final_records = [p for p in tfrecords.iterdir() if p.name.endswith(".tfrecords")]
+    final_records = [p for p in tfrecords.iterdir() if p.name.endswith(".tfrecords") and ".tmp-" not in p.name]
     assert len(final_records) == len(infos)  # in-progress output only exists under a temporary name
+
+    assert len(list((tmp_path / "killed" / "token_cache").glob("tokens-0.*"))) == 2  # kept for the re-run
 
     rerun = run_module("xlnet_data.create", *args, f"--save_dir={tmp_path}/killed")
     assert rerun.returncode == 0, rerun.stderr
     assert rerun.stderr.count("is complete already") == len(infos)
+    assert "task 0: token cache found" in rerun.stderr and "into its token cache" not in rerun.stderr  # not encoded again
     whole = run_module("xlnet_data.create", *args, f"--save_dir={tmp_path}/whole")
     assert whole.returncode == 0
+    assert whole.stderr.count("into its token cache") == 1  # one encoding for the four passes
     assert_same_records(tmp_path / "whole", tmp_path / "killed")
+    for save_dir in ("killed", "whole"):  # a completed run leaves no cache behind
+        assert not (tmp_path / save_dir / "token_cache").exists()
 
 
 # ---- fuzz: random bytes and line structures never crash create and never give off-schema records ----

@@ -42,7 +42,7 @@ def encode(examples):
         for f, name in enumerate(names):
             values[f, :len(ex[name])] = ex[name]
         lengths = np.array([len(ex[n]) for n in names], dtype=np.int64)
-        pos = records.put_record(buf, pos, values, lengths, keys, key_lengths, records.CRC32C_TABLE)
+        pos = records.put_record(buf, pos, values, lengths, keys, key_lengths)
     return buf[:pos].tobytes()
 
 
@@ -70,7 +70,30 @@ def test_masked_crc32c_known_value():
     crc = 0xE3069283  # the CRC-32C check value, of b"123456789"
     masked = ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
     data = np.frombuffer(b"123456789", dtype=np.uint8)
-    assert records._masked_crc32c(data, 0, 9, records.CRC32C_TABLE) == masked
+    assert records.masked_crc32c(data, 0, 9) == masked
+    assert records.crc32c_sliced(data, 0, 9) == crc
+    if records.HARDWARE_CRC32C:
+        assert records.crc32c_hardware(data, 0, 9) == crc
+
+
+def bytewise_crc32c(data):
+    """CRC-32C bit by bit, from its definition (reflected polynomial 0x82F63B78): the reference."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("begin, end", [(0, 0), (0, 1), (3, 10), (0, 8), (1, 17), (5, 300), (7, 1000)])
+def test_sliced_and_hardware_crc32c_equal_the_definition_at_any_offset(begin, end):
+    data = np.random.default_rng(end).integers(0, 256, 1024, dtype=np.uint8)
+    want = bytewise_crc32c(data[begin:end].tobytes())
+    assert records.crc32c_sliced(data, begin, end) == want
+    if not records.HARDWARE_CRC32C:
+        pytest.skip("this CPU has no crc32 instruction; the sliced CRC is the one in use")
+    assert records.crc32c_hardware(data, begin, end) == want
 
 
 def test_round_trip_plain_and_gzip_told_by_content(tmp_path):
@@ -91,6 +114,18 @@ def test_round_trip_plain_and_gzip_told_by_content(tmp_path):
     empty = tmp_path / "empty.tfrecords"
     empty.write_bytes(b"")
     assert list(records.read_examples(str(empty))) == []
+
+
+@pytest.mark.parametrize("large", [0, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**35, 2**63 - 1])
+def test_every_varint_length_round_trips(tmp_path, large):
+    """Values of every varint length (1 to 9 bytes), so the writer's fast paths for small ids and its general
+    path agree with protobuf's parser."""
+    example = random_examples(1, seed=large % 1000)[0]
+    example["input"][3] = example["target"][7] = large
+    path = tmp_path / "r.tfrecords"
+    path.write_bytes(encode([example]))
+    (_, features), = records.read_examples(str(path), seq_len=16)
+    assert {k: v.tolist() for k, v in features.items()} == example
 
 
 def test_reading_never_imports_tensorflow(tmp_path):

@@ -35,6 +35,16 @@ def test_batched_preprocessing_equals_line_by_line_on_every_whitespace_and_trick
         assert text.preprocess_texts(lines, lower) == [original_preprocess(line, lower) for line in lines]
 
 
+def test_each_whitespace_and_accent_alone_in_a_block_of_plain_lines_is_normalised_as_the_original():
+    """The fast paths: a block whose only unusual line is one of these goes through the line-subset steps."""
+    spaces = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace() and chr(c) != "\n"]
+    odd_lines = [f"a{s}b{s}{s}c" for s in spaces] + ["Café Zürich", "a\u0308\u0323b", "x  y", "``q'' Ünï"]
+    for odd in odd_lines:
+        lines = ["Plain words here.", odd.strip(), "More plain words, ``quoted''."]
+        for lower in (False, True):
+            assert text.preprocess_texts(lines, lower) == [original_preprocess(line, lower) for line in lines], odd
+
+
 @pytest.fixture(scope="module")
 def sp():
     if not XLNET_SPM.exists():
@@ -75,18 +85,6 @@ def test_sentence_flags_alternate_and_eod_takes_the_flipped_flag(sp, tmp_path):
     # the flag of the sentence before it and "Three." takes the other one.
     want = [True] * len(pieces[0]) + [False] * len(pieces[1]) + [False] + [True] * len(pieces[2])
     assert flags.tolist() == want
-
-
-def test_shards_are_flipped_so_that_files_never_merge_sentences():
-    shard = lambda ids, flags: corpus.Shard("f", [np.array(ids, np.int32)], [np.array(flags, bool)],
-                                            corpus.FileStats(tokens=len(ids)))
-    shards = [shard([1, 2], [True, False]), shard([3, 4, 5], [True, True, False])]
-    ids, flags = corpus.concatenate_shards(shards, [0, 1])
-    assert ids.tolist() == [1, 2, 3, 4, 5]
-    assert flags.tolist() == [True, False, True, True, False]
-    shards = [shard([1, 2], [True, True]), shard([3], [True])]
-    ids, flags = corpus.concatenate_shards(shards, [1, 0])
-    assert ids.tolist() == [3, 1, 2] and flags.tolist() == [True, False, False]
 
 
 def test_bidirectional_layout_interleaves_reversed_rows_per_core():

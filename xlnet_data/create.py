@@ -19,6 +19,7 @@ from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, ConfigError, CreateCon
 from xlnet_data.datagen.corpus import InputError
 from xlnet_data.datagen.job import create_records
 from xlnet_data.datagen.plan import CreateError
+from xlnet_data.datagen.token_cache import TokenCacheError
 
 log = logging.getLogger("xlnet_data")
 FLAGS = flags.FLAGS
@@ -54,6 +55,9 @@ def define_flags():
                       "refusing them. gzip, bzip2 and xz files are always read decompressed.")
     flags.DEFINE_bool("overwrite", False,
                       "Redo units that are already complete, and accept a save_dir written with other flags.")
+    flags.DEFINE_bool("keep_cache", False,
+                      "Keep save_dir/token_cache (each task's encoded files, read by all its passes) after the run "
+                      "completes; by default it is deleted then. A run stopped early always keeps it for the re-run.")
     flags.DEFINE_enum("runner", "local", ["local", "beam"],
                       "local: worker processes on this machine; beam: an Apache Beam pipeline, one element per unit.")
     flags.DEFINE_string("beam_runner", "DirectRunner",
@@ -74,12 +78,13 @@ def main(argv):
             if FLAGS.runner == "beam":  # Beam and its options are checked before anything is written
                 beam_args = beam_runner.pipeline_args(FLAGS.beam_runner, FLAGS.beam_options)
             summary = create_records(config, overwrite=FLAGS.overwrite, num_workers=FLAGS.num_workers,
-                                     beam_args=beam_args)
+                                     beam_args=beam_args, keep_cache=FLAGS.keep_cache)
     except Stopped as stop:
         cli.fail("create", f"stopped by {stop.name}; complete units are kept and nothing is half-written: "
                            "run the same command again to do the rest")
         return stop.exit_status
-    except (ConfigError, CreateError, InputError, VocabError, run_lock.SaveDirBusy) as err:
+    except (ConfigError, CreateError, InputError, VocabError, run_lock.SaveDirBusy,
+            TokenCacheError) as err:
         return cli.fail("create", err)
     except OSError as err:
         return cli.fail("create", cli.os_error_line(err))

@@ -9,6 +9,7 @@ import bz2
 import contextlib
 import glob as _glob
 import gzip
+import io
 import lzma
 import os
 import re
@@ -50,6 +51,11 @@ def remove(path):
 
 def size(path):
     return _gfile().stat(path).length if is_remote(path) else os.path.getsize(path)
+
+
+def modified_ns(path):
+    """The file's modification time in nanoseconds (with its size, how a token cache recognises its inputs)."""
+    return _gfile().stat(path).mtime_nsec if is_remote(path) else os.stat(path).st_mtime_ns
 
 
 def open_read(path):
@@ -126,6 +132,12 @@ def atomic_write(path):
         if isinstance(err, OSError):
             raise naming(err, path) from None
         raise
+
+
+def write_array(f, array):
+    """Writes a contiguous numpy array's bytes to a file of atomic_write: a local file takes the
+    array's buffer as it is (no copy); tf.io.gfile takes only bytes."""
+    f.write(memoryview(array).cast("B") if isinstance(f, io.IOBase) else array.tobytes())
 
 
 def write_text_atomic(path, text):

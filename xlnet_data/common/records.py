@@ -5,6 +5,9 @@ import zlib
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
 
 from xlnet_data.common import fileio
 
@@ -14,42 +17,146 @@ FEATURES = ("input", "is_masked", "target", "seg_id", "label")
 
 # ---- serialisation: tf.train.Example protos in TFRecord framing, written without proto objects ----
 
-def _crc32c_table():
-    table = np.zeros(256, dtype=np.uint32)
+def _crc32c_tables():
+    """Slicing-by-8 tables of CRC-32C (Castagnoli, reflected): tables[k][b] is the CRC of byte b followed
+    by k zero bytes, so that eight bytes are folded in with eight independent lookups."""
+    tables = np.zeros((8, 256), dtype=np.uint32)
     for i in range(256):
         crc = i
         for _ in range(8):
             crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table[i] = crc
-    return table
+        tables[0, i] = crc
+    for k in range(1, 8):
+        tables[k] = tables[0][tables[k - 1] & 0xFF] ^ (tables[k - 1] >> 8)
+    return tables
 
 
-CRC32C_TABLE = _crc32c_table()
+CRC32C_TABLES = _crc32c_tables()
 FEATURE_KEYS = np.frombuffer("".join(FEATURES).encode(), dtype=np.uint8)
 FEATURE_KEY_LENGTHS = np.array([len(k) for k in FEATURES], dtype=np.int64)
 
 
+def _host_has_crc32_instruction():
+    """Whether this CPU has SSE 4.2's crc32 instruction (CRC-32C in hardware), as LLVM sees it."""
+    try:
+        from llvmlite import binding
+        return (binding.get_process_triple().startswith("x86_64")
+                and "+sse4.2" in binding.get_host_cpu_features().flatten().split(","))
+    except Exception:  # another architecture or llvmlite version: the table-driven CRC is always right
+        return False
+
+
+HARDWARE_CRC32C = _host_has_crc32_instruction()
+
+
+def _crc32_instruction(state_bits, data_bits):
+    """SSE 4.2's `crc32` on a `data_bits` operand (8 or 64), folding it into the CRC-32C state, as a function
+    that compiled code calls (LLVM emits the one instruction: no call overhead)."""
+    state_type, data_type = getattr(types, f"uint{state_bits}"), getattr(types, f"uint{data_bits}")
+    name = f"llvm.x86.sse42.crc32.{state_bits}.{data_bits}"
+
+    @intrinsic
+    def crc32(typingctx, crc, data):
+        def codegen(context, builder, signature, args):
+            function_type = ir.FunctionType(ir.IntType(state_bits), [ir.IntType(state_bits), ir.IntType(data_bits)])
+            return builder.call(builder.module.declare_intrinsic(name, fnty=function_type), args)
+        return state_type(state_type, data_type), codegen
+
+    return crc32
+
+
+_crc32_u64 = _crc32_instruction(64, 64)  # eight bytes, a little-endian word
+_crc32_u8 = _crc32_instruction(32, 8)
+
+
 @numba.njit(cache=True)
-def _masked_crc32c(buf, begin, end, table):
+def _le_word(buf, i):
+    """The eight bytes at buf[i:] as a little-endian uint64 (byte loads: buf[i:] need not be aligned)."""
+    word = np.uint64(0)
+    for k in range(8):
+        word |= np.uint64(buf[i + k]) << np.uint64(8 * k)
+    return word
+
+
+@numba.njit(cache=True)
+def crc32c_hardware(buf, begin, end):
+    """CRC-32C of buf[begin:end] with the crc32 instruction, eight bytes at a time (x86-64 with SSE 4.2)."""
+    crc = np.uint64(0xFFFFFFFF)
+    i = begin
+    while i + 8 <= end:
+        crc = _crc32_u64(crc, _le_word(buf, i))
+        i += 8
+    small = np.uint32(crc)
+    while i < end:
+        small = _crc32_u8(small, buf[i])
+        i += 1
+    return small ^ np.uint32(0xFFFFFFFF)
+
+
+@numba.njit(cache=True)
+def crc32c_sliced(buf, begin, end):
+    """CRC-32C of buf[begin:end] by slicing-by-8 (any CPU): eight table lookups per eight bytes."""
+    t = CRC32C_TABLES
     crc = np.uint32(0xFFFFFFFF)
-    for i in range(begin, end):
-        crc = table[(crc ^ buf[i]) & 0xFF] ^ (crc >> np.uint32(8))
-    crc = crc ^ np.uint32(0xFFFFFFFF)
+    i = begin
+    while i + 8 <= end:
+        low = crc ^ (np.uint32(buf[i]) | (np.uint32(buf[i + 1]) << np.uint32(8))
+                     | (np.uint32(buf[i + 2]) << np.uint32(16)) | (np.uint32(buf[i + 3]) << np.uint32(24)))
+        crc = (t[7, low & np.uint32(0xFF)] ^ t[6, (low >> np.uint32(8)) & np.uint32(0xFF)]
+               ^ t[5, (low >> np.uint32(16)) & np.uint32(0xFF)] ^ t[4, low >> np.uint32(24)]
+               ^ t[3, buf[i + 4]] ^ t[2, buf[i + 5]] ^ t[1, buf[i + 6]] ^ t[0, buf[i + 7]])
+        i += 8
+    while i < end:
+        crc = t[0, (crc ^ buf[i]) & np.uint32(0xFF)] ^ (crc >> np.uint32(8))
+        i += 1
+    return crc ^ np.uint32(0xFFFFFFFF)
+
+
+_crc32c = crc32c_hardware if HARDWARE_CRC32C else crc32c_sliced
+
+
+@numba.njit(cache=True)
+def masked_crc32c(buf, begin, end):
+    """TFRecord's checksum of buf[begin:end]: CRC-32C, rotated right by 15 bits, plus a constant."""
+    crc = _crc32c(buf, begin, end)
     rotated = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) & np.uint32(0xFFFFFFFF)
     return (np.uint64(rotated) + np.uint64(0xA282EAD8)) & np.uint64(0xFFFFFFFF)
 
 
 @numba.njit(cache=True)
 def _varint_size(v):
-    size = 1
-    while v >= 0x80:
-        v >>= 7
-        size += 1
+    """Bytes of the varint of a non-negative int64, without a loop (the sizes of all values are summed first)."""
+    return (1 + (v >= 1 << 7) + (v >= 1 << 14) + (v >= 1 << 21) + (v >= 1 << 28) + (v >= 1 << 35) + (v >= 1 << 42)
+            + (v >= 1 << 49) + (v >= 1 << 56))
+
+
+@numba.njit(cache=True)
+def _packed_size(row, n):
+    """Bytes of the varints of row[:n]. Ids below 2**21 (every vocabulary) take 1-3 bytes: three
+    comparisons a value, which the compiler vectorises (2.5x faster than the general size); a row with
+    a larger value is summed again in full."""
+    size = 0
+    wide = 0
+    for k in range(n):
+        v = row[k]
+        size += 1 + (v >= 1 << 7) + (v >= 1 << 14)
+        wide += v >= 1 << 21
+    if wide:
+        size = 0
+        for k in range(n):
+            size += _varint_size(row[k])
     return size
 
 
 @numba.njit(cache=True)
 def _put_varint(buf, pos, v):
+    if v < 0x80:  # most values of a record (is_masked, seg_id, label, frequent ids): one byte
+        buf[pos] = v
+        return pos + 1
+    if v < 0x4000:  # most other ids: two bytes
+        buf[pos] = (v & 0x7F) | 0x80
+        buf[pos + 1] = v >> 7
+        return pos + 2
     while v >= 0x80:
         buf[pos] = (v & 0x7F) | 0x80
         v >>= 7
@@ -72,7 +179,7 @@ def max_record_bytes(seq_len):
 
 
 @numba.njit(cache=True)
-def put_record(buf, pos, values, lengths, keys, key_lengths, crc_table):
+def put_record(buf, pos, values, lengths, keys, key_lengths):
     """Writes one tf.train.Example of int64-list features as a TFRecord at `buf[pos:]`; returns the end.
 
     `values[f, :lengths[f]]` holds feature f (non-negative), named by the f-th key in `keys`.
@@ -82,8 +189,7 @@ def put_record(buf, pos, values, lengths, keys, key_lengths, crc_table):
     entry = np.zeros(num_features, dtype=np.int64)
     features_len = 0
     for f in range(num_features):
-        for k in range(lengths[f]):
-            packed[f] += _varint_size(values[f, k])
+        packed[f] = _packed_size(values[f], lengths[f])
         int64_list = 1 + _varint_size(packed[f]) + packed[f] if lengths[f] else 0
         feature = 1 + _varint_size(int64_list) + int64_list
         entry[f] = 1 + _varint_size(key_lengths[f]) + key_lengths[f] + 1 + _varint_size(feature) + feature
@@ -92,7 +198,7 @@ def put_record(buf, pos, values, lengths, keys, key_lengths, crc_table):
 
     start = pos
     pos = _put_le(buf, pos, example_len, 8)
-    pos = _put_le(buf, pos, _masked_crc32c(buf, start, start + 8, crc_table), 4)
+    pos = _put_le(buf, pos, masked_crc32c(buf, start, start + 8), 4)
     data_start = pos
     buf[pos] = 0x0A  # Example.features
     pos = _put_varint(buf, pos + 1, features_len)
@@ -116,7 +222,7 @@ def put_record(buf, pos, values, lengths, keys, key_lengths, crc_table):
             pos = _put_varint(buf, pos + 1, packed[f])
             for k in range(lengths[f]):
                 pos = _put_varint(buf, pos, values[f, k])
-    pos = _put_le(buf, pos, _masked_crc32c(buf, data_start, pos, crc_table), 4)
+    pos = _put_le(buf, pos, masked_crc32c(buf, data_start, pos), 4)
     return pos
 
 
@@ -229,7 +335,7 @@ def _read_up_to(stream, size, piece=1 << 26):
 def _crc_matches(chunk, end):
     """Whether chunk[end:end + 4] holds the TFRecord checksum (masked CRC32C) of chunk[:end]."""
     stored = int.from_bytes(chunk[end:end + 4], "little")
-    return stored == int(_masked_crc32c(np.frombuffer(chunk, dtype=np.uint8), 0, end, CRC32C_TABLE))
+    return stored == int(masked_crc32c(np.frombuffer(chunk, dtype=np.uint8), 0, end))
 
 
 def _cut_short(stream, what, got, want):

@@ -3,6 +3,7 @@
     save_dir/corpus_info.json
     save_dir/tfrecords/{split}-{task}-{pass}.{settings}.tfrecords            (or .tfrecords.gz)
     save_dir/tfrecords/record_info-{split}-{task}-{pass}.{settings}.json
+    save_dir/token_cache/tokens-{task}.{key}.bin, .json                      (during a run of create only)
 
 `settings` is the original's scheme, e.g. `bsz-8.seqlen-128.reuse-64.uncased.bi.alpha-6.beta-1.fnp-21`.
 corpus_info.json holds the run's settings (see create); a record_info holds the original's `filenames`
@@ -20,6 +21,7 @@ from xlnet_data.common import fileio
 
 CORPUS_INFO = "corpus_info.json"
 TFRECORDS = "tfrecords"
+TOKEN_CACHE = "token_cache"
 
 
 class SaveDirError(ValueError):
@@ -120,6 +122,27 @@ def tfrecords_dir(path: str) -> str:
     """The records folder of `path`: its tfrecords/ when it is a save_dir, else `path` itself."""
     inner = os.path.join(path, TFRECORDS)
     return inner if os.path.isdir(inner) else path
+
+
+def token_cache_paths(save_dir: str, task: int, key: str) -> tuple[str, str]:
+    """(tokens, index) of a task's token cache; `key` names what the tokens were made from (create's encode stage)."""
+    base = os.path.join(save_dir, TOKEN_CACHE, f"tokens-{task}.{key}")
+    return base + ".bin", base + ".json"
+
+
+def token_cache_files(save_dir: str, task: int) -> list[str]:
+    """Every complete-named token cache file of a task, whatever its key (temporary files excluded)."""
+    return fileio.glob(os.path.join(save_dir, TOKEN_CACHE, f"tokens-{task}.*"))
+
+
+def remove_token_caches(save_dir: str, tasks) -> None:
+    """Deletes the token caches of `tasks`, and the token_cache folder once it is empty (local save_dirs)."""
+    for task in tasks:
+        for path in token_cache_files(save_dir, task):
+            fileio.remove(path)
+    folder = os.path.join(save_dir, TOKEN_CACHE)
+    if not fileio.is_remote(folder) and os.path.isdir(folder) and not os.listdir(folder):
+        os.rmdir(folder)
 
 
 def corpus_info_path(save_dir: str) -> str:

@@ -1,7 +1,9 @@
 """The Beam runner: a plan's units as the elements of an Apache Beam pipeline (Direct, Dataflow, Flink, Spark).
 
-Each (task, pass) unit is one element, run by the same `units.run_unit` as the local runner and
-written to the same file names. Outputs are atomic and a unit's record_info is written last, so a
+Two stages, as the local runner: each task with units to run is one element of the encode stage
+(`token_cache.encode_task`: its files encoded once into a token cache in save_dir), which then emits
+the task's (task, pass) units; each unit is one element, run by the same `units.run_unit` as the local
+runner and written to the same file names. Outputs are atomic and a unit's record_info is written last, so a
 retried element rewrites identical files, and a re-run of a failed pipeline skips the complete units
 (make_plan does). The summary's counts of a complete unit are read back from its record_info, where
 run_unit stores them; a unit that wrote nothing has only the workers' Beam metrics (one counter per unit
@@ -14,7 +16,7 @@ import logging
 import shlex
 
 from xlnet_data.common.vocab import load_sentencepiece
-from xlnet_data.datagen import units
+from xlnet_data.datagen import token_cache, units
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import CreateError, Plan, unit_is_complete
 
@@ -69,8 +71,26 @@ def _metric(unit, field):
     return f"task{unit.task}-pass{unit.pass_id}.{field}"
 
 
+def _encode_task_fn(beam, config, plan):
+    """A DoFn running the encode stage of one (task, files, cache key) element, then emitting the task's
+    (unit, cache key) elements, so that a task's passes start once its token cache is complete."""
+
+    class EncodeTask(beam.DoFn):
+        def setup(self):
+            self.sp = load_sentencepiece(config.sp_path)
+
+        def process(self, element):
+            task, files, key = element
+            token_cache.encode_task(config, task, files, key, self.sp)
+            for unit, _ in plan.units:
+                if unit.task == task:
+                    yield unit, key
+
+    return EncodeTask()
+
+
 def _run_unit_fn(beam, config):
-    """A DoFn running one (unit, files) element; the SentencePiece model is loaded once per worker."""
+    """A DoFn running one (unit, cache key) element; the SentencePiece model is loaded once per worker."""
     from apache_beam.metrics import Metrics
 
     class RunUnit(beam.DoFn):
@@ -78,8 +98,8 @@ def _run_unit_fn(beam, config):
             self.sp = load_sentencepiece(config.sp_path)
 
         def process(self, element):
-            unit, files = element
-            result = units.run_unit(config, unit, files, self.sp)
+            unit, key = element
+            result = units.run_unit(config, unit, key, self.sp)
             if result.skipped:
                 log.warning("task %d pass %d: %s", unit.task, unit.pass_id, result.skipped)
             for field in units.COUNTS:
@@ -123,8 +143,10 @@ def run_beam(config: CreateConfig, plan: Plan, beam_args):
 
     p = beam.Pipeline(options=PipelineOptions(list(beam_args)))
     _ = (p
-         | "Units" >> beam.Create(plan.units)
-         | "Spread" >> beam.Reshuffle()  # no fusion with Create: the units go to different workers
+         | "Tasks" >> beam.Create(plan.encode_jobs())
+         | "SpreadTasks" >> beam.Reshuffle()  # no fusion with Create: the tasks go to different workers
+         | "EncodeTask" >> beam.ParDo(_encode_task_fn(beam, config, plan))
+         | "Spread" >> beam.Reshuffle()  # nor with the encode stage: a task's passes go to different workers
          | "RunUnit" >> beam.ParDo(_run_unit_fn(beam, config)))
     try:
         outcome = p.run()

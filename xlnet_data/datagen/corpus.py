@@ -213,26 +213,3 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
         return None
     return Shard(path, ids_chunks, flag_chunks, stats)
 
-
-def concatenate_shards(shards, order):
-    """One stream from the shards in `order`; a shard whose first flag equals the previous shard's last
-    flag is inverted whole, so that a sentence boundary always falls between two files.
-
-    The chunks are copied into one preallocated array and released as they go, so the stream is
-    never held twice.
-    """
-    total = sum(shards[i].num_tokens for i in order)
-    ids = np.empty(total, dtype=np.int32)
-    sent_ids = np.empty(total, dtype=bool)
-    pos, prev_last = 0, None
-    for i in order:
-        shard = shards[i]
-        flip = prev_last is not None and bool(shard.sent_ids[0][0]) == prev_last
-        while shard.ids:
-            chunk_ids, chunk_flags = shard.ids.pop(0), shard.sent_ids.pop(0)
-            end = pos + chunk_ids.size
-            ids[pos:end] = chunk_ids
-            np.logical_xor(chunk_flags, flip, out=sent_ids[pos:end])
-            pos = end
-        prev_last = bool(sent_ids[pos - 1])
-    return ids, sent_ids

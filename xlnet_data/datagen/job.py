@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from xlnet_data.common import run_lock
+from xlnet_data.datagen import token_cache
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import make_plan, prepare_save_dir
 from xlnet_data.datagen.units import UnitResult
@@ -32,12 +33,13 @@ class CreateSummary:
 
 
 def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers: Optional[int] = None,
-                   beam_args: Optional[Sequence[str]] = None) -> CreateSummary:
+                   beam_args: Optional[Sequence[str]] = None, keep_cache: bool = False) -> CreateSummary:
     """Makes the records of `config` (a validated CreateConfig) in config.save_dir; returns the summary.
     Local paths in it are made absolute first (corpus_info.json records them so).
 
     The save_dir is locked for the run (a second run on it raises run_lock.SaveDirBusy) and the stale
-    temporary files of killed runs are removed. Units already complete are skipped unless `overwrite`.
+    temporary files of killed runs are removed. Units already complete are skipped unless `overwrite`; the
+    token cache (each task encoded once for all its passes) is deleted at the end unless `keep_cache`.
     Runs on local worker processes (`num_workers`, default: the CPU count), or as an Apache Beam
     pipeline with options `beam_args` (beam_runner.pipeline_args makes and checks them, e.g.
     ["--runner=DirectRunner"]). Raises
@@ -58,6 +60,8 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
         else:
             from xlnet_data.datagen.local_runner import run_local
             results = run_local(config, plan, num_workers=num_workers)
+        if not keep_cache:  # each task's encoded files, read by all its passes (see token_cache)
+            token_cache.remove(config)
     return CreateSummary(tuple(results))
 
 

@@ -1,4 +1,4 @@
-"""The local runner: a plan's units in parallel worker processes, with one progress line for all."""
+"""The local runner: a plan's encode stage and units in parallel worker processes, with one progress line for all."""
 
 import ctypes
 import logging
@@ -10,12 +10,11 @@ import threading
 
 from xlnet_data.common.progress import Progress
 from xlnet_data.common.vocab import load_sentencepiece
-from xlnet_data.datagen import units
+from xlnet_data.datagen import token_cache, units
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import Plan
 
 _counters = None  # shared by the workers: [lines, tokens, records, bytes read]
-_encode_threads = -1  # SentencePiece threads per worker: the cores shared out among the workers
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
@@ -23,7 +22,7 @@ def release_freed_memory_promptly():
     """Makes glibc return freed blocks of 256 KiB and more to the OS at once (Linux only; a no-op elsewhere).
 
     Without it glibc's adaptive threshold keeps the encoded chunks of a file in the heap after
-    `concatenate_shards` has copied and released them, so the stream is held twice at the peak.
+    the encode stage has written and released them, so the stream is held twice at the peak.
     """
     try:
         ctypes.CDLL("libc.so.6").mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD
@@ -31,9 +30,9 @@ def release_freed_memory_promptly():
         pass
 
 
-def _init_worker(counters, encode_threads):
-    global _counters, _encode_threads
-    _counters, _encode_threads = counters, encode_threads
+def _init_worker(counters):
+    global _counters
+    _counters = counters
     release_freed_memory_promptly()
     logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(message)s")
 
@@ -54,7 +53,7 @@ def _stop_with_parent(parent_pid):
         sys.exit(128 + signal.SIGTERM)
 
 
-def _init_worker_process(parent_pid, counters, encode_threads):
+def _init_worker_process(parent_pid, counters):
     """A worker process stops with its parent: Ctrl-C (SIGINT to the whole process group) is left to the
     parent, which terminates the pool (SIGTERM); SIGTERM unwinds the current unit and exits quietly.
     The signals were blocked since the process started (see _start_pool); one that came meanwhile is
@@ -62,17 +61,17 @@ def _init_worker_process(parent_pid, counters, encode_threads):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     _stop_with_parent(parent_pid)
-    _init_worker(counters, encode_threads)
+    _init_worker(counters)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
-def _start_pool(context, num_workers, counters, encode_threads):
+def _start_pool(context, num_workers, counters):
     """A pool of worker processes, started with SIGINT and SIGTERM blocked (the workers inherit the mask
     and unblock them once their handlers are set: no signal can interrupt their start-up)."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
         return context.Pool(num_workers, initializer=_init_worker_process,
-                            initargs=(os.getpid(), counters, encode_threads))
+                            initargs=(os.getpid(), counters))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
@@ -89,10 +88,19 @@ def _count_records(records):
         _counters[2] += records
 
 
-def _run_unit(config, unit, files):
+def _encode_task(config, task, files, key, encode_threads):
     sp = load_sentencepiece(config.sp_path)
-    return units.run_unit(config, unit, files, sp, on_progress=_count_input, on_records=_count_records,
-                             encode_threads=_encode_threads)
+    return token_cache.encode_task(config, task, files, key, sp, on_progress=_count_input,
+                                   encode_threads=encode_threads)
+
+
+def _run_unit(config, unit, key):
+    sp = load_sentencepiece(config.sp_path)
+    return units.run_unit(config, unit, key, sp, on_records=_count_records)
+
+
+def _encode_task_job(job):
+    return _encode_task(*job)
 
 
 def _run_unit_job(job):
@@ -100,7 +108,9 @@ def _run_unit_job(job):
 
 
 def run_local(config: CreateConfig, plan: Plan, num_workers=None):
-    """Runs the plan's units, `num_workers` at a time (default: the CPU count); returns their UnitResults."""
+    """Runs the plan, `num_workers` processes at a time (default: the CPU count): first the encode stage (each
+    task with units to run, SentencePiece's threads sharing out the cores), then the (task, pass) units.
+    Returns their UnitResults."""
     todo = plan.units
     if not todo:
         return []
@@ -109,7 +119,10 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     progress = Progress(plan.input_bytes)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     num_workers = min(len(todo), num_workers or cores)
-    encode_threads = max(1, cores // num_workers)
+    encode_jobs = plan.encode_jobs()
+    encode_threads = max(1, cores // max(1, min(num_workers, len(encode_jobs))))
+    encode_jobs = [(config, task, files, key, encode_threads) for task, files, key in encode_jobs]
+    unit_jobs = [(config, unit, plan.token_caches[unit.task]) for unit, _ in todo]
     done = []
     stop = threading.Event()
 
@@ -118,17 +131,20 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
             progress.update(counters[0], counters[1], counters[2], counters[3], len(done), len(todo))
 
     # The pool starts before any thread of ours: its workers and threads begin with the signals blocked.
-    pool = _start_pool(context, num_workers, counters, encode_threads) if num_workers > 1 else None
+    pool = _start_pool(context, num_workers, counters) if num_workers > 1 else None
     reporter = threading.Thread(target=report, daemon=True)
     reporter.start()
     try:
         if pool is None:
-            _init_worker(counters, encode_threads)
-            for unit, files in todo:
-                done.append(_run_unit(config, unit, files))
+            _init_worker(counters)
+            for job in encode_jobs:
+                _encode_task_job(job)
+            for job in unit_jobs:
+                done.append(_run_unit_job(job))
         else:
             with pool:  # a signal to this process (see stopping.py) leaves the `with`, which terminates the pool
-                for result in pool.imap_unordered(_run_unit_job, [(config, unit, files) for unit, files in todo]):
+                pool.map(_encode_task_job, encode_jobs, chunksize=1)
+                for result in pool.imap_unordered(_run_unit_job, unit_jobs):
                     done.append(result)  # as each finishes, so that the progress line counts units
     finally:
         stop.set()

@@ -10,7 +10,7 @@ import os
 
 from xlnet_data.common import fileio, save_dir
 from xlnet_data.common.vocab import load_sentencepiece
-from xlnet_data.datagen import corpus, units
+from xlnet_data.datagen import corpus, token_cache, units
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.corpus import InputError
 
@@ -26,6 +26,12 @@ class Plan:
     corpus_info: dict
     units: list[tuple[units.Unit, list[str]]]  # (unit, its files) still to run
     input_bytes: int
+    token_caches: dict[int, str] = dataclasses.field(default_factory=dict)  # task -> its cache key, tasks to run
+
+    def encode_jobs(self):
+        """(task, files, cache key) of each task with units to run: the encode stage, before their passes."""
+        files = {unit.task: task_files for unit, task_files in self.units}
+        return [(task, files[task], key) for task, key in self.token_caches.items()]
 
 
 def _check_save_dir(config, info, overwrite):
@@ -86,7 +92,9 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
                      "--overwrite redoes it", unit.task, unit.pass_id)
         else:
             todo.append((unit, files))
-    return Plan(info, todo, sum(_size(p) for _, files in todo for p in files))
+    task_files = {unit.task: files for unit, files in todo}  # each task's files are read once, for all passes
+    token_caches = {task: token_cache.cache_key(config, files) for task, files in task_files.items()}
+    return Plan(info, todo, sum(_size(p) for files in task_files.values() for p in files), token_caches)
 
 
 def prepare_save_dir(config: CreateConfig, plan: Plan):

@@ -9,26 +9,54 @@ import numpy as np
 
 from xlnet_data.common.vocab import SPIECE_UNDERLINE
 
+# Whitespace that str.split() collapses, in ASCII, beyond the single space between words.
+_ASCII_EXTRA_SPACE = ("  ", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
+
 
 @functools.cache
-def _drop_combining_table():
-    """str.translate table deleting every combining character (what the original drops after NFKD)."""
-    return {c: None for c in range(sys.maxunicode + 1) if unicodedata.combining(chr(c))}
+def _is_combining():
+    """A table over every code point: True where the original drops it after NFKD (a combining character)."""
+    return np.fromiter((unicodedata.combining(chr(c)) != 0 for c in range(sys.maxunicode + 1)), dtype=bool,
+                       count=sys.maxunicode + 1)
+
+
+def _collapse_whitespace(lines):
+    return [" ".join(line.split()) for line in lines]
+
+
+def _nfkd_without_combining(text):
+    """NFKD, then the combining characters dropped, by a table lookup over the code points in numpy (a
+    per-character str.translate dictionary lookup costs ten times as much)."""
+    code_points = np.frombuffer(unicodedata.normalize("NFKD", text).encode("utf-32-le"), dtype=np.uint32)
+    return code_points[~_is_combining()[code_points]].tobytes().decode("utf-32-le")
 
 
 def preprocess_texts(lines, lower):
     """The original's `preprocess_text` of many stripped, non-empty lines: whitespace collapsed, `` and ''
     to ", NFKD without combining marks, lower-cased if `lower`.
 
-    After the whitespace, the steps run once on the lines joined by "\\n": each acts within a line (NFKD
-    reorders only between starters, and "\\n" is one; final-sigma lower-casing stops at it), so the
-    result is line by line's.
+    The steps run on the lines joined by "\\n": each acts within a line (NFKD reorders only between
+    starters, and "\\n" is one; final-sigma lower-casing stops at it), so the result is line by line's.
+    Most lines of most corpora are ASCII with single spaces, which whitespace collapsing, NFKD and the
+    accent removal leave as they are: those steps only see the lines that need them (whitespace:
+    all lines when the block has ASCII whitespace to collapse, else the lines that are not ASCII).
     """
     if not lines:
         return []
-    text = "\n".join([" ".join(line.split()) for line in lines]).replace("``", '"').replace("''", '"')
+    text = "\n".join(lines)
+    collapsed = any(space in text for space in _ASCII_EXTRA_SPACE)
+    if collapsed:
+        text = "\n".join(_collapse_whitespace(lines))
+    text = text.replace("``", '"').replace("''", '"')
     if not text.isascii():
-        text = unicodedata.normalize("NFKD", text).translate(_drop_combining_table())
+        lines = text.split("\n")
+        wide = [i for i, line in enumerate(lines) if not line.isascii()]
+        wide_lines = [lines[i] for i in wide]
+        if not collapsed:  # Unicode whitespace (NBSP, U+2028, ...) only occurs in lines that are not ASCII
+            wide_lines = _collapse_whitespace(wide_lines)
+        for i, line in zip(wide, _nfkd_without_combining("\n".join(wide_lines)).split("\n")):
+            lines[i] = line
+        text = "\n".join(lines)
     return (text.lower() if lower else text).split("\n")
 
 

@@ -1,4 +1,4 @@
-"""One (task, pass) unit of `create`: files → stream → rows → A/B pairs + masks → records.
+"""One (task, pass) unit of `create`: token cache → stream → rows → A/B pairs + masks → records.
 
 The per-example loop (pairing, masking, serialisation) runs in compiled code over chunks of steps;
 the random streams are the original's (numpy's legacy generator for the file order and the masks,
@@ -15,11 +15,10 @@ import numpy as np
 
 from xlnet_data.common import fileio, records, save_dir
 from xlnet_data.common.vocab import CLS_ID, SEP_ID, start_piece_table
-from xlnet_data.datagen import corpus, layout, rng
+from xlnet_data.datagen import layout, rng, token_cache
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.masking import ngram_cdf, sample_mask
 from xlnet_data.datagen.pairing import row_boundaries, split_a_and_b
-from xlnet_data.datagen.text import Encoder
 
 log = logging.getLogger("xlnet_data")
 
@@ -76,36 +75,10 @@ def corpus_info(config: CreateConfig, vocab_size):
     }
 
 
-def read_task_stream(config: CreateConfig, files, sp, result: UnitResult, on_progress=None, encode_threads=-1):
-    """The unit's token stream: its files encoded, ordered by the seeded permutation, flags flipped.
-
-    Returns (ids, sent_ids, numpy RandomState positioned after the permutation draw).
-    """
-    encoder = Encoder(sp, encode_threads) if config.from_raw_text else None
-    shards = []
-    for path in files:
-        shard = corpus.read_shard(path, encoder, from_raw_text=config.from_raw_text, uncased=config.uncased,
-                                  use_eod=config.use_eod, vocab_size=sp.get_piece_size(),
-                                  strict=config.strict, allow_binary=config.allow_binary, on_progress=on_progress)
-        if shard is None:
-            log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)
-            result.skipped_files += 1
-            continue
-        shards.append(shard)
-        result.files += 1
-        result.lines += shard.stats.lines
-        result.invalid_utf8_lines += shard.stats.invalid_utf8_lines
-    random_state = np.random.RandomState(result.unit.seed)
-    order = random_state.permutation(len(shards))
-    ids, sent_ids = corpus.concatenate_shards(shards, order)
-    result.tokens = int(ids.size)
-    return ids, sent_ids, random_state
-
-
 @numba.njit(cache=True)
 def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_steps, seq_len, reuse_len, goal_mem,
                  goal_ab, mask_alpha, mask_beta, word_spans, is_start, cdf, np_mt, py_mt,
-                 keys, key_lengths, crc_table, buf):
+                 keys, key_lengths, buf):
     """Serialises up to `max_steps` steps (one example per row each) from step `first_step` into `buf`.
 
     Returns (steps written, bytes written, done). `done` is True once the rows are used up or a row
@@ -159,7 +132,7 @@ def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_s
             for k in range(seq_len):
                 values[1, k] = mask[k]
             values[4, 0] = label
-            pos = records.put_record(buf, pos, values, lengths, keys, key_lengths, crc_table)
+            pos = records.put_record(buf, pos, values, lengths, keys, key_lengths)
     return max_steps, pos, False
 
 
@@ -178,8 +151,8 @@ def write_unit_records(config: CreateConfig, rows: layout.Rows, is_start, np_mt,
             rows.data, bounds, bound_offsets, rows.source, rows.reverse, num_batch, steps_per_chunk, config.seq_len,
             config.reuse_len, goal_mem, goal_ab, config.mask_alpha, config.mask_beta,
             config.span_unit == "word", is_start, cdf, np_mt, py_mt, records.FEATURE_KEYS,
-            records.FEATURE_KEY_LENGTHS, records.CRC32C_TABLE, buf)
-        out.write(buf[:nbytes].tobytes())  # bytes: tf.io.gfile (remote paths) takes no memoryview
+            records.FEATURE_KEY_LENGTHS, buf)
+        fileio.write_array(out, buf[:nbytes])
         num_batch += steps
         if on_records:
             on_records(steps * bsz)
@@ -198,14 +171,21 @@ def record_settings(config: CreateConfig):
     return settings
 
 
-def run_unit(config: CreateConfig, unit: Unit, files, sp, on_progress=None, on_records=None,
-             encode_threads=-1) -> UnitResult:
-    """Creates one unit's tfrecords and then its record_info JSON (last, so it marks completion).
+def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None) -> UnitResult:
+    """Creates one unit's tfrecords from its task's token cache, then its record_info JSON (last, so it
+    marks completion).
 
     record_info holds the original's keys (`filenames`, `num_batch`), `create_settings` and the unit's counts.
     """
-    result = UnitResult(unit)
-    ids, sent_ids, random_state = read_task_stream(config, files, sp, result, on_progress, encode_threads)
+    index = token_cache.read_index(config, unit.task, cache_key)
+    if index is None:
+        raise token_cache.TokenCacheError(f"task {unit.task} pass {unit.pass_id}: its token cache is missing "
+                                          f"from {config.save_dir}; run the same command again")
+    result = UnitResult(unit, files=len(index.shards), lines=sum(s["lines"] for s in index.shards),
+                        tokens=index.tokens, invalid_utf8_lines=sum(s["invalid_utf8_lines"] for s in index.shards),
+                        skipped_files=index.skipped_files)
+    random_state = np.random.RandomState(unit.seed)
+    ids, sent_ids = token_cache.read_stream(config, index, random_state.permutation(len(index.shards)))
     rows = layout.layout_rows(ids, sent_ids, config.bsz_per_host, config.num_core, config.bi_data)
     record_path, info_path = record_paths(config, unit)
     try:

@@ -1,0 +1,131 @@
+"""The encode stage: each task encoded once into a token cache that all its passes read back, in any order."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from conftest import GOLDEN, golden_flags, needs_shared, run_module
+from test_beam import needs_beam
+from test_golden import assert_same_records
+
+from xlnet_data.datagen import corpus, token_cache
+from xlnet_data.datagen.config import CreateConfig
+
+
+def id_file(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(" ".join(map(str, line)) + "\n" for line in lines))
+
+
+def encode(tmp_path, sample_spm, files, **settings):
+    """Encodes `files` as task 0 (ids input); returns (config, cache key)."""
+    import sentencepiece as spm
+    config = CreateConfig(input_glob="unused", sp_path=sample_spm, save_dir=str(tmp_path / "out"), from_raw_text=False,
+                          **settings)
+    key = token_cache.cache_key(config, files)
+    token_cache.encode_task(config, 0, files, key, spm.SentencePieceProcessor(model_file=sample_spm))
+    return config, key
+
+
+def test_shards_are_flipped_so_that_files_never_merge_sentences(tmp_path, sample_spm):
+    id_file(tmp_path / "a.txt", [[1], [2]])             # flags True, False
+    id_file(tmp_path / "b.txt", [[3, 4], [5]])          # True, True, False
+    id_file(tmp_path / "c.txt", [[6, 7]])               # True, True
+    config, key = encode(tmp_path, sample_spm, [str(tmp_path / n) for n in ("a.txt", "b.txt", "c.txt")])
+    index = token_cache.read_index(config, 0, key)
+    ids, flags = token_cache.read_stream(config, index, [0, 1, 2])
+    assert ids.tolist() == [1, 2, 3, 4, 5, 6, 7] and flags.tolist() == [True, False, True, True, False, True, True]
+    ids, flags = token_cache.read_stream(config, index, [2, 0, 1])  # c ends True, a starts True: a flipped
+    assert ids.tolist() == [6, 7, 1, 2, 3, 4, 5]
+    assert flags.tolist() == [True, True, False, True, False, False, True]
+
+
+def test_read_stream_equals_the_files_concatenated_at_any_bit_offset(tmp_path, sample_spm, monkeypatch):
+    """Files of odd token counts (flags packed across bytes and blocks), read back in pieces of 16 flags."""
+    rng = np.random.default_rng(0)
+    shards = []
+    for i in range(5):
+        lines = [rng.integers(0, 1000, rng.integers(1, 9)).tolist() for _ in range(rng.integers(20, 60))]
+        id_file(tmp_path / f"f{i}.txt", lines)
+        shards.append(corpus.read_shard(str(tmp_path / f"f{i}.txt"), None, from_raw_text=False, uncased=False,
+                                        use_eod=True, vocab_size=1000))
+    monkeypatch.setattr(token_cache, "FLAG_PIECE_TOKENS", 16)
+    config, key = encode(tmp_path, sample_spm, [str(tmp_path / f"f{i}.txt") for i in range(5)])
+    index = token_cache.read_index(config, 0, key)
+    order = [3, 0, 4, 2, 1]
+    want_ids, want_flags, prev_last = [], [], None
+    for i in order:  # the rule, written out: a file starting with the previous file's last flag is inverted
+        flags = np.concatenate(shards[i].sent_ids)
+        if prev_last is not None and flags[0] == prev_last:
+            flags = ~flags
+        want_ids += np.concatenate(shards[i].ids).tolist()
+        want_flags += flags.tolist()
+        prev_last = flags[-1]
+    ids, flags = token_cache.read_stream(config, index, order)
+    assert ids.tolist() == want_ids and flags.tolist() == want_flags
+    data_path, _ = token_cache.save_dir.token_cache_paths(config.save_dir, 0, key)
+    tokens = len(want_ids)
+    assert os.path.getsize(data_path) <= 4 * tokens + tokens / 8 + len(order)  # ids, packed flags, padding
+
+
+def test_a_changed_file_model_or_flag_gives_another_key_and_a_found_cache_is_not_encoded_again(tmp_path, sample_spm,
+                                                                                                caplog):
+    id_file(tmp_path / "a.txt", [[1, 2], [3]])
+    files = [str(tmp_path / "a.txt")]
+    config, key = encode(tmp_path, sample_spm, files)
+    caplog.set_level("INFO", logger="xlnet_data")
+    assert encode(tmp_path, sample_spm, files)[1] == key
+    assert "task 0: token cache found (3 tokens); not encoded again" in caplog.text
+    assert token_cache.cache_key(config.__class__(**{**config.__dict__, "use_eod": False}), files) != key
+    id_file(tmp_path / "a.txt", [[1, 2], [4]])  # same size: the modification time tells
+    os.utime(tmp_path / "a.txt", ns=(1, 1))
+    assert token_cache.cache_key(config, files) != key
+
+
+MULTI_PASS = GOLDEN / "g6_num_passes"  # --num_passes=3, bi_data; expected = the original's three runs
+
+
+def create_g6(save_dir, *extra):
+    flags = [f for f in golden_flags(MULTI_PASS) if not f.startswith("--num_passes")]
+    result = run_module("xlnet_data.create", *flags, "--num_passes=3", "--num_task=2", f"--save_dir={save_dir}",
+                        *extra, cwd=MULTI_PASS)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def one_worker(tmp_path_factory):
+    save_dir = tmp_path_factory.mktemp("one_worker")
+    result = create_g6(save_dir, "--num_workers=1")
+    assert result.stderr.count("into its token cache") == 2  # two tasks, each encoded once for its three passes
+    assert not (save_dir / "token_cache").exists()
+    return save_dir
+
+
+@needs_shared
+@pytest.mark.parametrize("workers", [2, 4])
+def test_multi_pass_runs_are_identical_for_any_number_of_workers(one_worker, tmp_path, workers):
+    result = create_g6(tmp_path, f"--num_workers={workers}")
+    assert result.stderr.count("into its token cache") == 2
+    assert_same_records(one_worker, tmp_path)
+    assert not (tmp_path / "token_cache").exists()
+
+
+@needs_beam
+@needs_shared
+def test_multi_pass_run_on_beams_direct_runner_is_identical(one_worker, tmp_path):
+    create_g6(tmp_path, "--runner=beam", "--beam_runner=DirectRunner")
+    assert_same_records(one_worker, tmp_path)
+    assert not (tmp_path / "token_cache").exists()
+
+
+@needs_shared
+def test_keep_cache_keeps_it_and_a_later_run_uses_it(one_worker, tmp_path):
+    create_g6(tmp_path, "--num_workers=1", "--keep_cache")
+    kept = sorted((tmp_path / "token_cache").iterdir())
+    assert len(kept) == 4 and all(json.loads(p.read_text())["key"] in p.name for p in kept if p.suffix == ".json")
+    again = create_g6(tmp_path, "--num_workers=1", "--overwrite")
+    assert again.stderr.count("token cache found") == 2 and "into its token cache" not in again.stderr
+    assert_same_records(one_worker, tmp_path)
+    assert not (tmp_path / "token_cache").exists()
