@@ -178,7 +178,7 @@ def test_a_signal_saves_a_checkpoint_and_the_rerun_equals_an_uninterrupted_run(s
                     "run the same command to resume")
     names = sorted(n for n in os.listdir(model_dir) if not n.startswith("events."))
     assert names == ["checkpoint", f"model.ckpt-{at}.data-00000-of-00001", f"model.ckpt-{at}.index",
-                     "xlnet_config.json"]
+                     "run_config.json", "xlnet_config.json"]
 
     resumed = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, *steps))
     assert resumed.returncode == 0 and f"resumed from {model_dir}/model.ckpt-{at} (step {at})" in resumed.stderr
@@ -350,7 +350,8 @@ def test_a_full_model_dir_is_one_line_naming_the_checkpoint_and_leaves_no_tempor
     result = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"))
     line = _one_line(result, "train", 2)
     assert line == f"train: error: cannot write checkpoint {model_dir}/model.ckpt-2: No space left on device"
-    assert sorted(n for n in os.listdir(model_dir) if not n.startswith("events.")) == ["xlnet_config.json"]
+    assert sorted(n for n in os.listdir(model_dir) if not n.startswith("events.")) == ["run_config.json",
+                                                                                       "xlnet_config.json"]
     _no_temporary_files(model_dir)
 
 

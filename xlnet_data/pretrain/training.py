@@ -497,6 +497,8 @@ def _check_model_dir(cfg: TrainConfig, chief: bool) -> None:
             cfg.model.to_json(path)
         except OSError as err:
             raise OSError(f"cannot write {path}: {err.strerror or err}") from None
+    if not chief:
+        return
     # This run's settings, for export_hf's config.json (memory, attention) and tokenizer (uncased); rewritten
     # by every run, since a resumed run may change them.
     settings = {**dataclasses.asdict(cfg.run), "seq_len": cfg.data.seq_len, "perm_size": cfg.data.perm_size,
