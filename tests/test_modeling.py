@@ -13,7 +13,7 @@ from xlnet_data.pretrain import checkpoints
 from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import modeling as M
 
-MODEL_CASES = ["m1_bi_untied", "m2_uni_tied"]
+MODEL_CASES = ["m1_bi_untied", "m2_uni_tied", "m3_sharp"]
 FEATURE_KEYS = ["input_k", "input_q", "seg_id", "perm_mask", "target", "target_mask", "target_mapping", "label"]
 
 TINY = M.XLNetConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24, ff_activation="gelu", untie_r=True,
@@ -191,10 +191,10 @@ def test_relative_positional_encoding_is_the_sinusoid_of_the_distances():
 def test_rel_shift_aligns_relative_positions_with_keys():
     qlen, mlen = 4, 3
     klen = qlen + mlen
-    x = np.random.default_rng(0).normal(size=(qlen, klen + qlen, 2, 3)).astype(np.float32)
+    x = np.random.default_rng(0).normal(size=(2, 3, qlen, klen + qlen)).astype(np.float32)
     shifted = M._rel_shift(tf.constant(x), klen).numpy()
     # Query i sits at mlen + i; key j at j; their distance mlen + i - j is column qlen - i + j (pos_seq = klen - r).
-    want = np.stack([x[i, qlen - i: qlen - i + klen] for i in range(qlen)])
+    want = np.stack([x[:, :, i, qlen - i: qlen - i + klen] for i in range(qlen)], axis=2)
     np.testing.assert_array_equal(shifted, want)
 
 
