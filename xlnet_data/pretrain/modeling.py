@@ -191,6 +191,22 @@ def _rel_shift(x: tf.Tensor, klen: tf.Tensor) -> tf.Tensor:
     return tf.slice(x, tf.concat([zeros, [0, 0]], 0), tf.concat([lead, [qlen, klen]], 0))
 
 
+def _rel_shift_rows(x: tf.Tensor, positions: tf.Tensor, klen: tf.Tensor) -> tf.Tensor:
+    """_rel_shift for queries at some positions only: x [bsz, n_head, num_predict, rlen] (rlen = klen +
+    qlen) of the queries at positions [bsz, num_predict] -> [bsz, n_head, num_predict, klen]: query p
+    against key j is relative position column qlen - p + j."""
+    qlen = tf.shape(x)[-1] - klen
+    columns = (qlen - positions)[:, :, None] + tf.range(klen)[None, None, :]
+    rows = tf.gather(tf.transpose(x, [0, 2, 1, 3]), columns, axis=3, batch_dims=2)
+    return tf.transpose(rows, [0, 2, 1, 3])
+
+
+def _rows(mask: tf.Tensor, positions: tf.Tensor, bsz: tf.Tensor) -> tf.Tensor:
+    """Rows `positions` [bsz, num_predict] of a [bsz or 1, 1, qlen, klen] mask: [bsz, 1, num_predict, klen]."""
+    mask = tf.broadcast_to(mask[:, 0], tf.concat([[bsz], tf.shape(mask)[2:]], 0))
+    return tf.gather(mask, positions, axis=1, batch_dims=1)[:, None]
+
+
 def causal_mask(qlen: tf.Tensor, mlen: tf.Tensor, dtype: tf.DType, same_length: bool) -> tf.Tensor:
     """The original's `_create_mask` (attn_type "uni"): [qlen, mlen + qlen], 1 = may not attend."""
     ones = tf.ones([qlen, qlen], dtype=dtype)
@@ -273,7 +289,8 @@ class XLNet(tf.Module):
         return [tf.zeros([self.run.mem_len, bsz, self.config.d_model]) for _ in range(self.config.n_layer)]
 
     # ----- the network -----
-    def _rel_attn_core(self, layer, q_head, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask, training):
+    def _rel_attn_core(self, layer, q_head, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask, training,
+                       positions=None):
         """Relative attention of one query stream: content + position + segment scores.
 
         Head-major, unlike the original's [qlen, klen, bsz, n_head] scores: q_head [bsz, n_head, qlen,
@@ -281,6 +298,8 @@ class XLNet(tf.Module):
         seg_mat [bsz, 1, qlen, klen] (1: other segment), attn_mask [bsz or 1, 1, qlen, klen] (1: may
         not attend). Every product is then a plain batched matmul and the softmax runs over the last
         axis, with no transposes of the scores. Returns [bsz, n_head, qlen, d_head].
+        positions [bsz, num_predict]: q_head holds only the queries at these positions (the masks stay
+        [.., qlen, klen]); returns [bsz, n_head, num_predict, d_head].
         """
         scale = 1 / (self.config.d_head ** 0.5)
         klen = tf.shape(k_head_h)[2]
@@ -295,7 +314,13 @@ class XLNet(tf.Module):
             q_r = tf.reshape(q_r, tf.concat([[2, shape[0] // 2], shape[1:]], 0))
             bd = tf.reshape(tf.matmul(q_r, k_head_r[:, None], transpose_b=True),
                             tf.concat([shape[:3], [tf.shape(k_head_r)[2]]], 0))
-        bd = _rel_shift(bd, klen)
+        if positions is None:
+            bd = _rel_shift(bd, klen)
+        else:
+            bsz = tf.shape(q_head)[0]
+            bd = _rel_shift_rows(bd, positions, klen)
+            seg_mat = None if seg_mat is None else _rows(seg_mat, positions, bsz)
+            attn_mask = None if attn_mask is None else _rows(attn_mask, positions, bsz)
 
         score = ac + bd
         if seg_mat is not None:
@@ -334,7 +359,8 @@ class XLNet(tf.Module):
 
         inp_k [len, bsz] int; seg_id [len, bsz]; mems per layer [mlen, bsz, d_model];
         perm_mask [len, len, bsz] (1: i may not attend to j); target_mapping
-        [num_predict, len, bsz]; inp_q [len, bsz] (1: predicted; enables the
+        [num_predict, len, bsz] (rows one-hot, or zero for padding, as the input
+        pipeline makes them); inp_q [len, bsz] (1: predicted; enables the
         query stream); input_mask [len, bsz] (1: padding).
         Returns (output, new_mems): the query stream's output ([num_predict or
         len, bsz, d_model]) when inp_q is given, else the content stream's.
@@ -394,6 +420,14 @@ class XLNet(tf.Module):
             cat_ids = tf.concat([tf.zeros([bsz, mlen], dtype=seg_id.dtype), seg_id], 1)
             seg_mat = tf.cast(tf.not_equal(seg_id[:, :, None], cat_ids[:, None, :]), dtype)[:, None]
 
+        # Queries of the predictions at their positions only; "uni" keeps the original's scatter (its
+        # relative positions are not those of _rel_shift_rows).
+        gather_queries = target_mapping is not None and run.attn_type == "bi"
+        if gather_queries:
+            mapping = tf.transpose(target_mapping, [2, 0, 1])  # [bsz, num_predict, len]
+            predicted_positions = tf.argmax(mapping, axis=2, output_type=tf.int32)
+            predicted_weight = tf.reduce_sum(mapping, axis=2)[:, None, :, None]
+
         pos_emb = relative_positional_encoding(qlen, klen, cfg.d_model, run.clamp_len, run.attn_type,
                                                run.bi_data, dtype)
         pos_emb = self._dropout(pos_emb, run.dropout, training)
@@ -416,8 +450,15 @@ class XLNet(tf.Module):
 
             if output_g is not None:
                 q_head_g = tf.einsum("ibh,hnd->bnid", output_g, q_kernel)
-                if target_mapping is not None:
-                    # Scatter the predictions to their positions, attend, gather back.
+                if gather_queries:
+                    # The original scatters the predictions to their positions (einsum with
+                    # target_mapping), attends from all seq_len positions and gathers back; attending
+                    # from the predicted positions only is the same for one-hot rows, and padding rows
+                    # (all zero) get zero, as there.
+                    attn_vec_g = self._rel_attn_core(i, q_head_g, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask,
+                                                     training, positions=predicted_positions)
+                    attn_vec_g *= predicted_weight
+                elif target_mapping is not None:
                     q_head_g = tf.einsum("bnmd,mlb->bnld", q_head_g, target_mapping)
                     attn_vec_g = self._rel_attn_core(i, q_head_g, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask,
                                                      training)
