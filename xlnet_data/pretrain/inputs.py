@@ -27,7 +27,8 @@ Differences from the original, all deliberate:
 - no file shuffling and no `cache()` by default: examples stay in stream order
   (memory needs consecutive batches) and a large corpus is not held in RAM;
 - the permutation is injectable, and by default it is drawn statelessly from
-  (seed, example index, part), so a run is reproducible.
+  (seed, index of the batch's first example, part), a row per example, so a run
+  is reproducible (and a resumed one, which starts on a batch boundary).
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ import tensorflow as tf
 from xlnet_data.common.records import format_filename
 from xlnet_data.common.vocab import CLS_ID, SEP_ID
 
-# (example index in the stream [int64 scalar tensor], part 0 = first reuse_len
-# positions / 1 = the rest) -> a permutation of range(perm_size) [int tensor].
+# (indices in the stream of a batch's consecutive examples [n] int64 tensor, part 0 = first
+# reuse_len positions / 1 = the rest) -> a permutation of range(perm_size) per example [n, perm_size].
 PermutationFn = Callable[[tf.Tensor, int], tf.Tensor]
 
 
@@ -163,15 +164,18 @@ def _read_records(filenames: Sequence[str]) -> tf.data.Dataset:
 
 
 def random_permutation(seed: int, perm_size: int) -> PermutationFn:
-    """The default permutation: uniform, drawn statelessly from (seed, example index, part).
+    """The default permutation: uniform, one row per example, drawn statelessly from (seed, index of
+    the batch's first example, part).
 
     Stateless so that the same seed gives the same features on every run and
-    every number of parallel map calls.
+    every number of parallel map calls; one draw per batch, not per example, so
+    that no op runs per example.
     """
 
-    def permutation(example_index: tf.Tensor, part: int) -> tf.Tensor:
-        op_seed = tf.stack([tf.cast(seed, tf.int64), tf.cast(example_index, tf.int64) * 2 + part])
-        return tf.argsort(tf.random.stateless_uniform([perm_size], seed=op_seed))
+    def permutation(example_indices: tf.Tensor, part: int) -> tf.Tensor:
+        op_seed = tf.stack([tf.cast(seed, tf.int64), tf.cast(example_indices[0], tf.int64) * 2 + part])
+        shape = tf.stack([tf.size(example_indices), perm_size])
+        return tf.argsort(tf.random.stateless_uniform(shape, seed=op_seed), axis=-1)
 
     return permutation
 
@@ -269,7 +273,8 @@ def make_parser(config: InputConfig, permutation: PermutationFn):
     parse_batch = make_batch_parser(config)
 
     def parse(example_index: tf.Tensor, record: tf.Tensor) -> dict[str, tf.Tensor]:
-        features = parse_batch(record[None], permutation(example_index, 0)[None], permutation(example_index, 1)[None])
+        indices = tf.reshape(example_index, [1])
+        features = parse_batch(record[None], permutation(indices, 0), permutation(indices, 1))
         return {key: value[0] for key, value in features.items()}
 
     return parse
@@ -281,8 +286,8 @@ def make_dataset(record_info_dir: str, config: InputConfig, *, seed: int = 0,
 
     record_info_dir: comma-separated record dirs (the original's `record_info_dir`).
     seed: seeds the default permutation (ignored when `permutation` is given).
-    permutation: (example index, part) -> permutation of range(perm_size);
-      the example index counts records from the start of the stream (repeats included).
+    permutation: (example indices of a batch, part) -> a permutation of range(perm_size) per example;
+      example indices count records from the start of the stream (repeats included).
     repeat: cycle through the records forever, as the original does.
     start: the index of the first example to use (to resume a run where it stopped); the
       skipped records are read but not parsed, and indices (so permutations) stay those of
@@ -300,12 +305,11 @@ def make_dataset(record_info_dir: str, config: InputConfig, *, seed: int = 0,
     if repeat:
         dataset = dataset.repeat()
     dataset = dataset.enumerate().skip(start)
-    # Per example only the permutations (they depend on the example's index); the parsing and the
-    # features per batch, in a few dozen ops instead of a few dozen per example.
-    dataset = dataset.map(lambda index, record: (record, permutation(index, 0), permutation(index, 1)),
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    # Everything per batch (a few dozen ops), nothing per example.
     dataset = dataset.batch(config.bsz_per_core, drop_remainder=True)
-    dataset = dataset.map(make_batch_parser(config), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    parse = make_batch_parser(config)
+    dataset = dataset.map(lambda indices, records: parse(records, permutation(indices, 0), permutation(indices, 1)),
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -318,8 +322,7 @@ def fixed_permutation(first_part: np.ndarray, second_part: np.ndarray) -> Permut
     tables = (tf.constant(np.asarray(first_part, dtype=np.int64)),
               tf.constant(np.asarray(second_part, dtype=np.int64)))
 
-    def permutation(example_index: tf.Tensor, part: int) -> tf.Tensor:
-        del example_index
-        return tables[part]
+    def permutation(example_indices: tf.Tensor, part: int) -> tf.Tensor:
+        return tf.tile(tables[part][None], tf.stack([tf.size(example_indices), 1]))
 
     return permutation
