@@ -457,7 +457,7 @@ def test_a_mixed_run_feeds_each_sources_memory_only_from_that_source(records, sm
 
 def test_benchmark_runs_small_on_cpu():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), "--small", "--steps=3",
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), "gpu", "--small", "--steps=3",
                              "--strategy=one_device"], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(r"median step [\d.]+ ms, [\d,]+ tokens/s", result.stdout), result.stdout
