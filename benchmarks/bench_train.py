@@ -1,38 +1,269 @@
-"""Times XLNet training steps on synthetic features: median step time and tokens/s.
+"""Times XLNet training: the step on a GPU, the step and the input pipeline on one CPU core against the original.
 
-The step is the real one (xlnet_data.pretrain.training.Trainer: PLM loss, all-reduce, clipping, Adam),
-on every local GPU by default, with the memories carried from step to step.
+    python benchmarks/bench_train.py gpu                      # XLNet-Base shape on every local GPU, 20 steps
+    python benchmarks/bench_train.py gpu --bfloat16 --bsz_per_replica=8
+    python benchmarks/bench_train.py gpu --small --steps=5    # a tiny shape: checks the script on a CPU
+    python benchmarks/bench_train.py step --original=/tmp/xlnet-original    # train_gpu's step vs the original's
+    python benchmarks/bench_train.py input --original=/tmp/xlnet-original   # input pipeline vs the original's
 
-    python benchmarks/bench_train.py                        # XLNet-Base shape, 4 rows per replica, 20 steps
-    python benchmarks/bench_train.py --bsz_per_replica=8 --bfloat16
-    python benchmarks/bench_train.py --small --steps=5      # a tiny shape: checks the script on a CPU
+gpu: the real step (xlnet_data.pretrain.training.Trainer: PLM loss, all-reduce, clipping, Adam) on synthetic
+  features, the memories carried from step to step: median step time, tokens/s and model FLOPs utilisation
+  (training FLOPs of the matmuls, 3x the forward pass's, over the device's peak). XLNet-Base: 12 layers,
+  d_model 768, 12 heads of 64, d_inner 3072, seq_len 512, reuse_len 256, mem_len 384, 85 predictions per
+  example, 32,000 tokens. Do not run it on a CPU beyond a step or two.
 
-XLNet-Base: 12 layers, d_model 768, 12 heads of 64, d_inner 3072, seq_len 512, reuse_len 256,
-mem_len 384, 85 predictions per example, 32,000 tokens. Do not run it on a CPU beyond a step or two.
+step: `python -m xlnet_data.train_gpu` exactly as the CLI runs it on records (--iterations=1: every step is
+  logged with its tokens/s), pinned to one core (taskset -c 0), alternating with the original's step
+  (../shared/tools/original_train_step.py: train_gpu.py's graph in a TF1 session, one Session.run per step, on
+  a synthetic batch of the same shape), both from the original's initial weights (--save_init). Shapes: "issue"
+  (4 layers, d_model 256, 4 heads of 64, d_inner 1024, seq_len 128, reuse 64, mem_len 64, 8 rows, 32,000
+  tokens, bi_data, untie_r, gelu; the records of ../shared/golden/g1_blog) and "demo" (bin/demo's train
+  command: 2 layers, d_model 32, 2 heads of 16, d_inner 64, mem_len 64, on records made as bin/demo makes
+  them, 4,000 tokens). Reports the median ms/step of each run (the first `--warmup` steps dropped), the median
+  over the rounds, and ours / original.
+
+input: examples/s of make_dataset (batches of bsz_per_core) and of training.replica_batches (what the
+  trainer reads) against the original's data_utils.get_input_fn (under tf.compat.v1 with the shims of
+  ../shared/tools/original_train_step.py), each in its own process pinned to one core, alternating, on the
+  (gunzipped) records of the goldens g1_blog (seq_len 128) and g5_seq512 (seq_len 512), in stream order,
+  cycling through them.
+
+The machine these figures come from is shared: run the rounds alternately and compare medians.
 """
 
 import argparse
+import glob
+import gzip
+import json
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
-import tensorflow as tf
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+SHARED = os.path.join(ROOT, "..", "shared")
+sys.path.insert(0, ROOT)
 
-from xlnet_data.pretrain import inputs as ip
-from xlnet_data.pretrain import modeling as M
-from xlnet_data.pretrain import training as T
-
-SHAPES = {  # model, seq_len, reuse_len, mem_len, num_predict
-    "base": (M.XLNetConfig(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072, ff_activation="gelu",
-                           untie_r=True, n_token=32000), 512, 256, 384, 85),
-    "small": (M.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu",
-                            untie_r=True, n_token=1000), 64, 32, 48, 10),
+# step mode: shape -> (model flags shared by both implementations, original_train_step.py's extra flags)
+STEP_SHAPES = {
+    "issue": dict(n_layer=4, d_model=256, n_head=4, d_head=64, d_inner=1024, n_token=32000, mem_len=64),
+    "demo": dict(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, n_token=4000, mem_len=64),
 }
+# Record flags of both shapes' records (the seed blog's, as g1_blog and bin/demo use).
+STEP_RECORDS = dict(seq_len=128, reuse_len=64, bsz=8, num_predict=21)
+# input mode: seq_len -> (create golden, its record flags)
+INPUT_CASES = {
+    128: ("g1_blog", dict(bsz_per_host=8, reuse_len=64, num_predict=21, uncased=True)),
+    512: ("g5_seq512", dict(bsz_per_host=4, reuse_len=256, num_predict=85, uncased=False)),
+}
+# Dense peak TFLOP/s (bfloat16, float32 without TF32) of the GPUs a session may be lent, for the FLOPs utilisation.
+PEAK_TFLOPS = {"H200": (989.0, 67.0), "H100": (989.0, 67.0), "A100": (312.0, 19.5)}
 
+
+def pinned(args, env=None):
+    """Runs a command pinned to core 0 (taskset -c 0); returns the completed process (raises with its stderr
+    on failure)."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ROOT, **(env or {})}
+    result = subprocess.run(["taskset", "-c", "0", sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
+                            text=True)
+    if result.returncode:
+        raise SystemExit(f"{' '.join(args[:2])} failed:\n{result.stderr[-3000:]}")
+    return result
+
+
+def spread(values):
+    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+# ----- step: train_gpu against the original --------------------------------------------------------
+
+def demo_records(work_dir):
+    """Records made as bin/demo makes them (a 4,000-piece SentencePiece model of sample_corpus/)."""
+    save_dir = os.path.join(work_dir, "demo_records")
+    if not os.path.isfile(os.path.join(save_dir, "corpus_info.json")):
+        prefix = os.path.join(work_dir, "spm", "sample")
+        subprocess.run([sys.executable, "-m", "xlnet_data.spm_train", "--input=sample_corpus/*.txt",
+                        f"--model_prefix={prefix}", "--vocab_size=4000"], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "xlnet_data.create", "--input_glob=sample_corpus/*.txt",
+                        f"--sp_path={prefix}.model", f"--save_dir={save_dir}", "--bsz_per_host=8",
+                        "--num_core_per_host=1", "--seq_len=128", "--reuse_len=64", "--bi_data", "--mask_alpha=6",
+                        "--mask_beta=1", "--num_predict=21", "--num_passes=2", "--overwrite"],
+                       cwd=ROOT, check=True, capture_output=True)
+    return save_dir
+
+
+def original_step(original, shape, init, steps, args):
+    """Median ms/step as the tool reports it."""
+    flags = [f"--{key}={value}" for key, value in {**STEP_SHAPES[shape], **STEP_RECORDS}.items()]
+    out = pinned([os.path.join(SHARED, "tools", "original_train_step.py"), *flags, f"--steps={steps}",
+                  f"--warmup={args.warmup}", f"--save_init={init}", f"--model_dir={tempfile.mkdtemp()}"],
+                 env={"XLNET_REF": original})
+    return json.loads(out.stdout.strip().splitlines()[-1])["median_ms"]
+
+
+def ours_step(records, shape, init, jit_compile, steps, args):
+    """Median ms/step of train_gpu's own log (the tokens/s of each step after the warm-up)."""
+    model_dir = tempfile.mkdtemp()
+    flags = {key: value for key, value in STEP_SHAPES[shape].items() if key != "n_token"}  # n_token: the records'
+    try:
+        result = pinned(["-m", "xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}",
+                         f"--init_checkpoint={init}", "--strategy=one_device", "--ff_activation=gelu", "--untie_r",
+                         *[f"--{key}={value}" for key, value in flags.items()], f"--jit_compile={jit_compile}",
+                         f"--train_steps={args.warmup + steps}", "--iterations=1", f"--save_steps={10 ** 9}",
+                         "--max_save=1"])
+    finally:
+        shutil.rmtree(model_dir, ignore_errors=True)
+    tokens_per_s = [float(v) for v in re.findall(r"\| (\d+) tok/s", result.stderr)][args.warmup:]
+    if len(tokens_per_s) != steps:
+        raise SystemExit(f"train_gpu logged {len(tokens_per_s)} timed steps, expected {steps}:\n"
+                         f"{result.stderr[-2000:]}")
+    tokens = STEP_RECORDS["bsz"] * STEP_RECORDS["seq_len"]
+    return statistics.median(1000 * tokens / value for value in tokens_per_s)
+
+
+def bench_step(args):
+    os.makedirs(args.work_dir, exist_ok=True)
+    variants = args.jit_compile.split(",")
+    for shape in args.shapes.split(","):
+        records = (os.path.join(SHARED, "golden", "g1_blog", "expected") if shape == "issue"
+                   else demo_records(args.work_dir))
+        init = os.path.join(args.work_dir, f"init_{shape}", "model.ckpt")
+        runs = {"original": lambda steps, shape=shape, init=init: original_step(args.original, shape, init, steps,
+                                                                                 args)}
+        for v in variants:
+            runs[f"train_gpu --jit_compile={v}"] = (
+                lambda steps, v=v, shape=shape, init=init, records=records: ours_step(records, shape, init, v, steps,
+                                                                                      args))
+        wall = {key: [] for key in runs}
+        for round_ in range(args.rounds):
+            for key, run in runs.items():
+                wall[key].append(run(args.steps))
+            print(f"{shape} round {round_ + 1}: " + ", ".join(f"{key} {wall[key][-1]:.1f} ms" for key in runs),
+                  flush=True)
+        base = statistics.median(wall["original"])
+        print(f"\n{shape} shape, ms/step, median (min-max) over {args.rounds} rounds of each run's median of "
+              f"{args.steps} steps, one core:")
+        for key, values in wall.items():
+            print(f"  {key:32s} {spread(values):>24s}   {statistics.median(values) / base:.2f}x the original")
+        print(flush=True)
+
+
+# ----- input: make_dataset / replica_batches against the original's input_fn -----------------------
+
+def input_records(work_dir, seq_len):
+    """The golden's records gunzipped (the original reads no .gz), with its record_info and corpus_info."""
+    case, _ = INPUT_CASES[seq_len]
+    source = os.path.join(SHARED, "golden", case, "expected", "tfrecords")
+    target = os.path.join(work_dir, f"records_{seq_len}")
+    os.makedirs(target, exist_ok=True)
+    for path in glob.glob(os.path.join(source, "*")):
+        name = os.path.basename(path)
+        if name.endswith(".gz"):
+            if not os.path.exists(os.path.join(target, name[:-3])):
+                with gzip.open(path, "rb") as src, open(os.path.join(target, name[:-3]), "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+        else:
+            shutil.copy(path, target)
+    return target
+
+
+def input_worker(args):
+    """One pipeline in this process: prints {"examples_per_s": ...} over --batches batches after --warmup."""
+    _, fields = INPUT_CASES[args.seq_len]
+    bsz, reuse_len, num_predict = fields["bsz_per_host"], fields["reuse_len"], fields["num_predict"]
+    if args.impl == "original":
+        next_batch = original_input(args.records, args.seq_len, fields)
+    else:
+        import tensorflow as tf
+
+        from xlnet_data.pretrain import inputs as ip
+        from xlnet_data.pretrain import modeling as M
+        from xlnet_data.pretrain import training as T
+        data = ip.InputConfig(seq_len=args.seq_len, reuse_len=reuse_len, perm_size=reuse_len, bsz_per_host=bsz,
+                              num_predict=num_predict, bi_data=True, uncased=fields["uncased"])
+        if args.impl == "make_dataset":
+            dataset = ip.make_dataset(args.records, data)
+        else:
+            model = M.XLNetConfig(n_layer=1, d_model=8, n_head=1, d_head=8, d_inner=8, ff_activation="gelu",
+                                  untie_r=True, n_token=32000)
+            cfg = T.TrainConfig(record_info_dir=args.records, model_dir="", model=model,
+                                run=M.RunConfig(reuse_len=reuse_len, bi_data=True), data=data)
+            dataset = T.replica_batches(args.records, cfg, 1)
+        iterator = iter(dataset)
+
+        def next_batch():
+            return tf.nest.map_structure(lambda t: t.numpy(), next(iterator))
+    for _ in range(args.warmup):
+        next_batch()
+    tic, cpu = time.perf_counter(), time.process_time()  # process_time: CPU seconds of all its threads
+    for _ in range(args.batches):
+        batch = next_batch()
+    seconds, cpu_seconds = time.perf_counter() - tic, time.process_time() - cpu
+    rows = batch["input_k"].shape[0]
+    print(json.dumps({"examples_per_s": args.batches * rows / seconds,
+                      "examples_per_cpu_s": args.batches * rows / cpu_seconds}))
+
+
+def original_input(records, seq_len, fields):
+    """The original get_input_fn's dataset in a TF1 session (shims as original_train_step.py's)."""
+    import types
+
+    np.bool = bool
+    import tensorflow.compat.v1 as v1
+    v1.disable_v2_behavior()
+
+    class _TFProxy(types.ModuleType):
+        def __getattr__(self, name):
+            return getattr(v1, name)
+
+    sys.modules["tensorflow"] = _TFProxy("tensorflow")
+    sys.path.insert(0, os.environ["XLNET_REF"])
+    import data_utils
+    input_fn, _ = data_utils.get_input_fn(
+        tfrecord_dir=records, split="train", bsz_per_host=fields["bsz_per_host"], seq_len=seq_len,
+        reuse_len=fields["reuse_len"], bi_data=True, num_core_per_host=1, perm_size=fields["reuse_len"],
+        mask_alpha=6, mask_beta=1, uncased=fields["uncased"], num_predict=fields["num_predict"])
+    batch = v1.data.make_one_shot_iterator(input_fn({"batch_size": fields["bsz_per_host"]})).get_next()
+    session = v1.Session()
+    return lambda: session.run(batch)
+
+
+def bench_input(args):
+    os.makedirs(args.work_dir, exist_ok=True)
+    for seq_len in (int(value) for value in args.seq_lens.split(",")):
+        records = input_records(args.work_dir, seq_len)
+        impls = ["original", "make_dataset", "replica_batches"]
+        rates = {impl: [] for impl in impls}  # examples per CPU second
+        wall = {impl: [] for impl in impls}  # examples per second
+        batches = args.batches * 128 // seq_len
+        for round_ in range(args.rounds):
+            for impl in impls:
+                out = pinned([os.path.abspath(__file__), "_input_worker", f"--impl={impl}", f"--records={records}",
+                              f"--seq_len={seq_len}", f"--batches={batches}", f"--warmup={args.warmup}"],
+                             env={"XLNET_REF": args.original})
+                result = json.loads(out.stdout.strip().splitlines()[-1])
+                rates[impl].append(result["examples_per_cpu_s"])
+                wall[impl].append(result["examples_per_s"])
+            print(f"seq_len {seq_len} round {round_ + 1}: " + ", ".join(f"{impl} {rates[impl][-1]:.0f}/CPU s "
+                                                                         f"({wall[impl][-1]:.0f}/s)" for impl in impls),
+                  flush=True)
+        print(f"\nseq_len {seq_len}, one core, {args.rounds} rounds of {batches} batches: median (min-max) examples "
+              f"per CPU second, and per second:")
+        for impl in impls:
+            cpu_ratio = statistics.median(rates[impl]) / statistics.median(rates["original"])
+            wall_ratio = statistics.median(wall[impl]) / statistics.median(wall["original"])
+            print(f"  {impl:16s} {spread(rates[impl]):>28s} {cpu_ratio:.2f}x   {spread(wall[impl]):>28s} "
+                  f"{wall_ratio:.2f}x")
+        print(flush=True)
+
+
+# ----- gpu: XLNet-Base on every local GPU ----------------------------------------------------------
 
 def synthetic_features(bsz, seq_len, num_predict, n_token, seed):
     """One replica's batch with the input pipeline's shapes and dtypes (random content)."""
@@ -52,19 +283,37 @@ def synthetic_features(bsz, seq_len, num_predict, n_token, seed):
     }
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", action="store_true", help="a tiny shape instead of XLNet-Base")
-    parser.add_argument("--steps", type=int, default=20, help="timed steps")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (tracing, autotuning)")
-    parser.add_argument("--bsz_per_replica", type=int, default=4, help="rows per replica (even: bi_data)")
-    parser.add_argument("--mem_len", type=int, default=None, help="default: the shape's (384 for Base)")
-    parser.add_argument("--bfloat16", action="store_true", help="compute in bfloat16")
-    parser.add_argument("--strategy", default="auto", choices=T.STRATEGIES)
-    args = parser.parse_args()
+def training_flops(model, bsz, seq_len, mem_len, num_predict) -> float:
+    """Matmul FLOPs of one training step (3x the forward pass: the backward pass costs two): the content
+    stream at every position, the query stream at the predicted ones, as the model computes them."""
+    d, hd, inner = model.d_model, model.n_head * model.d_head, model.d_inner
+    klen, rlen = mem_len + seq_len, mem_len + 2 * seq_len
 
-    model, seq_len, reuse_len, mem_len, num_predict = SHAPES["small" if args.small else "base"]
+    def attention(rows):  # scores against keys and relative positions, then the values
+        return 2 * rows * (2 * klen + rlen) * hd
+
+    content = 2 * (seq_len * d * hd * 2 + klen * d * hd * 2 + rlen * 2 * d * hd / bsz + seq_len * d * inner * 2)
+    query = 2 * (num_predict * d * hd * 2 + num_predict * d * inner * 2)
+    per_row = (model.n_layer * (content + query + attention(seq_len) + attention(num_predict))
+               + 2 * num_predict * d * model.n_token)
+    return 3 * bsz * per_row
+
+
+def bench_gpu(args):
+    import tensorflow as tf
+
+    from xlnet_data.pretrain import inputs as ip
+    from xlnet_data.pretrain import modeling as M
+    from xlnet_data.pretrain import training as T
+    shapes = {  # model, seq_len, reuse_len, mem_len, num_predict
+        "base": (M.XLNetConfig(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072, ff_activation="gelu",
+                               untie_r=True, n_token=32000), 512, 256, 384, 85),
+        "small": (M.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu",
+                                untie_r=True, n_token=1000), 64, 32, 48, 10),
+    }
+    model, seq_len, reuse_len, mem_len, num_predict = shapes["small" if args.small else "base"]
     mem_len = mem_len if args.mem_len is None else args.mem_len
+    tf.config.experimental.enable_tensor_float_32_execution(args.tf32)
     strategy = T.make_strategy(args.strategy)
     replicas = strategy.num_replicas_in_sync
     global_bsz = args.bsz_per_replica * replicas
@@ -73,26 +322,77 @@ def main():
         run=M.RunConfig(mem_len=mem_len, reuse_len=reuse_len, bi_data=True, use_bfloat16=args.bfloat16),
         data=ip.InputConfig(seq_len=seq_len, reuse_len=reuse_len, perm_size=reuse_len, bsz_per_host=global_bsz,
                             num_predict=num_predict),
-        train_steps=args.warmup + args.steps)
+        train_steps=args.warmup + args.steps, jit_compile=args.jit_compile, tf32=args.tf32)
     trainer = T.Trainer(cfg, strategy)
     features = strategy.experimental_distribute_values_from_function(
         lambda context: {key: tf.constant(value) for key, value in synthetic_features(
             args.bsz_per_replica, seq_len, num_predict, model.n_token, context.replica_id_in_sync_group).items()})
     mems = trainer.initial_mems()
     devices = ", ".join(strategy.extended.worker_devices)
+    precision = "bfloat16" if args.bfloat16 else "float32 (TF32)" if args.tf32 else "float32"
     print(f"{'small' if args.small else 'XLNet-Base'}: {replicas} replica(s) ({devices}), {args.bsz_per_replica} "
-          f"rows x {seq_len} tokens each, mem_len {mem_len}, {'bfloat16' if args.bfloat16 else 'float32'}")
+          f"rows x {seq_len} tokens each, mem_len {mem_len}, {precision}, XLA {'on' if trainer.uses_xla else 'off'}")
 
     times = []
     for step in range(args.warmup + args.steps):
         tic = time.perf_counter()
-        loss, _, _, mems = trainer.step(features, mems)
+        loss, _, _, mems = trainer.train_step(features, mems)
         loss = float(loss)  # waits for the step
         if step >= args.warmup:
             times.append(time.perf_counter() - tic)
     median = statistics.median(times)
-    print(f"median step {1000 * median:.1f} ms, {global_bsz * seq_len / median:,.0f} tokens/s "
-          f"(min {1000 * min(times):.1f} ms, max {1000 * max(times):.1f} ms over {len(times)} steps; loss {loss:.3f})")
+    flops = training_flops(model, global_bsz, seq_len, mem_len, num_predict)
+    line = (f"median step {1000 * median:.1f} ms, {global_bsz * seq_len / median:,.0f} tokens/s, "
+            f"{flops / median / 1e12:.1f} TFLOP/s")
+    gpu = tf.config.list_physical_devices("GPU")
+    name = tf.config.experimental.get_device_details(gpu[0]).get("device_name", "") if gpu else ""
+    peak = args.peak_tflops or next((values[0 if args.bfloat16 else 1] for key, values in PEAK_TFLOPS.items()
+                                     if key in name), None)
+    if peak:
+        line += f", model FLOPs utilisation {100 * flops / median / 1e12 / (peak * replicas):.1f}% of {peak:g} " \
+                f"TFLOP/s per device"
+    print(f"{line} (min {1000 * min(times):.1f} ms, max {1000 * max(times):.1f} ms over {len(times)} steps; "
+          f"loss {loss:.3f})")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    modes = parser.add_subparsers(dest="mode", required=True)
+    gpu = modes.add_parser("gpu", help="the step on every local GPU (XLNet-Base)")
+    gpu.add_argument("--small", action="store_true", help="a tiny shape instead of XLNet-Base")
+    gpu.add_argument("--steps", type=int, default=20, help="timed steps")
+    gpu.add_argument("--warmup", type=int, default=2, help="untimed steps first (tracing, compiling, autotuning)")
+    gpu.add_argument("--bsz_per_replica", type=int, default=4, help="rows per replica (even: bi_data)")
+    gpu.add_argument("--mem_len", type=int, default=None, help="default: the shape's (384 for Base)")
+    gpu.add_argument("--bfloat16", action="store_true", help="compute in bfloat16 (mixed precision)")
+    gpu.add_argument("--tf32", action="store_true", help="float32 matmuls in TF32")
+    gpu.add_argument("--jit_compile", default="auto", choices=["auto", "on", "off"])
+    gpu.add_argument("--strategy", default="auto", choices=["auto", "one_device", "mirrored"])
+    gpu.add_argument("--peak_tflops", type=float, default=None,
+                     help="the device's dense peak for the utilisation (default: known for H100/H200/A100)")
+    for name, helptext in (("step", "train_gpu's step against the original's, one core"),
+                           ("input", "the input pipeline against the original's, one core")):
+        mode = modes.add_parser(name, help=helptext)
+        mode.add_argument("--original", required=True, help="a checkout of zihangdai/xlnet (XLNET_REF)")
+        mode.add_argument("--rounds", type=int, default=3, help="alternating runs of each implementation")
+        mode.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "bench_train"))
+    step = modes.choices["step"]
+    step.add_argument("--shapes", default="issue,demo", help="comma-separated: issue, demo")
+    step.add_argument("--steps", type=int, default=20, help="timed steps per run")
+    step.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    step.add_argument("--jit_compile", default="off,on", help="train_gpu --jit_compile values to run, comma-separated")
+    inp = modes.choices["input"]
+    inp.add_argument("--seq_lens", default="128,512")
+    inp.add_argument("--batches", type=int, default=400, help="timed batches at seq_len 128 (fewer at 512)")
+    inp.add_argument("--warmup", type=int, default=20, help="untimed batches first")
+    worker = modes.add_parser("_input_worker")
+    worker.add_argument("--impl", choices=["original", "make_dataset", "replica_batches"])
+    worker.add_argument("--records")
+    worker.add_argument("--seq_len", type=int)
+    worker.add_argument("--batches", type=int)
+    worker.add_argument("--warmup", type=int)
+    args = parser.parse_args()
+    {"gpu": bench_gpu, "step": bench_step, "input": bench_input, "_input_worker": input_worker}[args.mode](args)
 
 
 if __name__ == "__main__":

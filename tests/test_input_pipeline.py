@@ -21,6 +21,7 @@ FEATURE_KEYS = {"input_k", "input_q", "seg_id", "perm_mask", "target", "target_m
 GOLDEN_INPUTS = {
     "m1_bi_untied": ("g1_blog", dict(bsz_per_host=8, bi_data=True, uncased=True, num_predict=21)),
     "m2_uni_tied": ("g2_multitask", dict(bsz_per_host=4, bi_data=False, uncased=True, num_predict=10)),
+    "m3_sharp": ("g5_seq512", dict(bsz_per_host=4, bi_data=True, uncased=False, num_predict=85)),
 }
 
 

@@ -13,7 +13,7 @@ from xlnet_data.pretrain import checkpoints
 from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import modeling as M
 
-MODEL_CASES = ["m1_bi_untied", "m2_uni_tied"]
+MODEL_CASES = ["m1_bi_untied", "m2_uni_tied", "m3_sharp"]
 FEATURE_KEYS = ["input_k", "input_q", "seg_id", "perm_mask", "target", "target_mask", "target_mapping", "label"]
 
 TINY = M.XLNetConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24, ff_activation="gelu", untie_r=True,
@@ -81,6 +81,19 @@ def test_two_chained_steps_equal_the_original(case):
             for layer in range(n_layer):
                 np.testing.assert_allclose(features[f"mems_in_1_{layer}"], out.new_mems[layer], rtol=0, atol=1e-5)
         mems = out.new_mems
+
+
+@needs_shared
+def test_m3_sharp_sees_a_swapped_segment_and_a_transposed_perm_mask():
+    """What m3_sharp is for: on m1/m2 such mistakes move the loss by less than the tolerance."""
+    model, features, expected = _golden_model("m3_sharp")
+    batch = {key: features[f"{key}_0"] for key in FEATURE_KEYS}
+    mems = [features[f"mems_in_0_{layer}"] for layer in range(model.config.n_layer)]
+    seg_id = batch["seg_id"]
+    swapped = np.where(seg_id == 0, 1, np.where(seg_id == 1, 0, seg_id)).astype(seg_id.dtype)
+    for key, wrong in (("seg_id", swapped), ("perm_mask", batch["perm_mask"].transpose(0, 2, 1))):
+        loss = model.plm_loss({**batch, key: wrong}, mems).total_loss.numpy()
+        assert abs(loss - expected["total_loss_0"]) > 100 * 1e-5 * expected["total_loss_0"], key
 
 
 @needs_shared
@@ -191,11 +204,21 @@ def test_relative_positional_encoding_is_the_sinusoid_of_the_distances():
 def test_rel_shift_aligns_relative_positions_with_keys():
     qlen, mlen = 4, 3
     klen = qlen + mlen
-    x = np.random.default_rng(0).normal(size=(qlen, klen + qlen, 2, 3)).astype(np.float32)
+    x = np.random.default_rng(0).normal(size=(2, 3, qlen, klen + qlen)).astype(np.float32)
     shifted = M._rel_shift(tf.constant(x), klen).numpy()
     # Query i sits at mlen + i; key j at j; their distance mlen + i - j is column qlen - i + j (pos_seq = klen - r).
-    want = np.stack([x[i, qlen - i: qlen - i + klen] for i in range(qlen)])
+    want = np.stack([x[:, :, i, qlen - i: qlen - i + klen] for i in range(qlen)], axis=2)
     np.testing.assert_array_equal(shifted, want)
+
+
+def test_rel_shift_of_some_rows_is_those_rows_of_the_rel_shift():
+    qlen, klen = 5, 8
+    x = np.random.default_rng(1).normal(size=(2, 3, qlen, klen + qlen)).astype(np.float32)
+    positions = np.array([[4, 0, 2], [1, 1, 3]], dtype=np.int32)
+    queries = np.stack([x[b][:, positions[b]] for b in range(2)])  # the scores of the queries at positions
+    rows = M._rel_shift_rows(tf.constant(queries), tf.constant(positions), klen).numpy()
+    full = M._rel_shift(tf.constant(x), klen).numpy()
+    np.testing.assert_array_equal(rows, np.stack([full[b][:, positions[b]] for b in range(2)]))
 
 
 @pytest.mark.parametrize("same_length", [False, True])

@@ -219,26 +219,101 @@ def test_a_model_dir_of_another_model_is_refused(records, tmp_path):
 GOLDEN_INPUTS = {
     "m1_bi_untied": ("g1_blog", dict(bsz_per_host=8, bi_data=True, uncased=True, num_predict=21)),
     "m2_uni_tied": ("g2_multitask", dict(bsz_per_host=4, bi_data=False, uncased=True, num_predict=10)),
+    "m3_sharp": ("g5_seq512", dict(bsz_per_host=4, bi_data=True, uncased=False, num_predict=85)),
 }
 
 
-@needs_shared
-@pytest.mark.parametrize("case", sorted(GOLDEN_INPUTS))
-def test_training_from_the_golden_tf1_checkpoint_starts_at_the_golden_loss(case, tmp_path):
+def _golden_train_config(case, model_dir, **changes):
+    """A run from a model golden's TF1 checkpoint on the records it was made from, and its golden arrays."""
     golden = SHARED / "golden_model" / case
     create_case, fields = GOLDEN_INPUTS[case]
     run = M.RunConfig.from_json(str(golden / "run_config.json"))
     run_json = json.loads((golden / "run_config.json").read_text())
     data = ip.InputConfig(seq_len=run_json["seq_len"], reuse_len=run.reuse_len, perm_size=run_json["perm_size"],
                           **fields)
-    features, expected = np.load(golden / "features.npz"), np.load(golden / "expected.npz")
     cfg = T.TrainConfig(record_info_dir=str(SHARED / "golden" / create_case / "expected" / "tfrecords"),
-                        model_dir=str(tmp_path), model=M.XLNetConfig.from_json(str(golden / "xlnet_config.json")),
-                        run=run, data=data, init_checkpoint=str(golden / "model.ckpt"), learning_rate=0.0,
-                        train_steps=2, strategy="one_device")
+                        model_dir=str(model_dir), model=M.XLNetConfig.from_json(str(golden / "xlnet_config.json")),
+                        run=run, data=data, init_checkpoint=str(golden / "model.ckpt"), strategy="one_device",
+                        **changes)
+    return cfg, np.load(golden / "features.npz"), np.load(golden / "expected.npz")
+
+
+@needs_shared
+@pytest.mark.parametrize("case", sorted(GOLDEN_INPUTS))
+def test_training_from_the_golden_tf1_checkpoint_starts_at_the_golden_loss(case, tmp_path):
+    cfg, features, expected = _golden_train_config(case, tmp_path, learning_rate=0.0, train_steps=2)
     result = T.train(cfg, permutation=ip.fixed_permutation(features["perm_rows_0"], features["perm_rows_1"]))
     # Learning rate 0 keeps the golden weights, so the second step (with the first's memories) matches too.
     np.testing.assert_allclose(result.losses, [expected["total_loss_0"], expected["total_loss_1"]], rtol=1e-5)
+
+
+@needs_shared
+@pytest.mark.parametrize("case", sorted(GOLDEN_INPUTS))
+def test_the_xla_compiled_step_gives_the_plain_steps_losses(case, tmp_path):
+    losses = {}
+    for jit_compile in ("off", "on"):
+        cfg, features, expected = _golden_train_config(case, tmp_path / jit_compile, learning_rate=1e-3,
+                                                       train_steps=3, jit_compile=jit_compile)
+        result = T.train(cfg, permutation=ip.fixed_permutation(features["perm_rows_0"], features["perm_rows_1"]))
+        assert result.trainer.uses_xla == (jit_compile == "on")
+        losses[jit_compile] = result.losses
+    # Three updates (the second and third steps see the first's gradients, clipping and Adam), same losses.
+    np.testing.assert_allclose(losses["on"], losses["off"], rtol=1e-5, atol=0)
+    np.testing.assert_allclose(losses["on"][0], expected["total_loss_0"], rtol=1e-5)
+    assert losses["on"][2] < losses["on"][0]
+
+
+def test_jit_compile_auto_is_off_on_the_cpu_and_falls_back_when_xla_cannot_compile(records, tmp_path, caplog):
+    cfg = tiny_config(records, tmp_path, train_steps=2)
+    strategy = T.make_strategy("one_device", ("/cpu:0",))
+    assert not T.Trainer(cfg, strategy).uses_xla
+    assert T.Trainer(dataclasses.replace(cfg, jit_compile="on"), strategy).uses_xla
+
+    # auto where XLA would be used (a GPU), with an op it cannot compile: the step runs uncompiled.
+    def with_a_python_op(trainer):
+        plm_loss = trainer.model.plm_loss
+
+        def plm_loss_with_a_python_op(features, mems, training=False):
+            out = plm_loss(features, mems, training=training)
+            side = tf.numpy_function(lambda x: x, [out.total_loss], tf.float32)  # XLA has no kernel for it
+            return out._replace(total_loss=out.total_loss + 0 * tf.stop_gradient(side))
+
+        trainer.model.plm_loss = plm_loss_with_a_python_op
+        return trainer
+
+    trainer = with_a_python_op(T.Trainer(cfg, strategy))
+    trainer.uses_xla = True
+    trainer._build_step()
+    batch = next(iter(T.replica_batches(cfg.record_info_dir, cfg, 1)))
+    with caplog.at_level(logging.WARNING, logger="xlnet_data"):
+        loss, _, _, _ = trainer.train_step(batch, trainer.initial_mems())
+    assert np.isfinite(float(loss)) and not trainer.uses_xla
+    assert "XLA cannot compile the step, running it uncompiled" in caplog.text
+    # "on" never falls back.
+    strict = with_a_python_op(T.Trainer(dataclasses.replace(cfg, jit_compile="on"), strategy))
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        strict.train_step(batch, strict.initial_mems())
+
+
+def test_bfloat16_on_the_cpu_gives_finite_and_falling_losses(records, tmp_path):
+    cfg = tiny_config(records, tmp_path, train_steps=80, iterations=20, warmup_steps=10)
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, use_bfloat16=True))
+    result = T.train(cfg)
+    assert result.trainer.model.compute_dtype == tf.bfloat16
+    assert all(w.dtype == tf.float32 for w in result.trainer.variables)  # float32 weights
+    losses = np.array(result.losses)
+    assert np.isfinite(losses).all() and losses.dtype == np.float64
+    assert losses[-20:].mean() < losses[:20].mean() - 0.5, losses
+
+
+@needs_shared
+@pytest.mark.parametrize("case", sorted(GOLDEN_INPUTS))
+def test_replica_batches_give_the_golden_features(case, tmp_path):
+    cfg, features, _ = _golden_train_config(case, tmp_path)
+    permutation = ip.fixed_permutation(features["perm_rows_0"], features["perm_rows_1"])
+    for step, batch in enumerate(T.replica_batches(cfg.record_info_dir, cfg, 1, permutation=permutation).take(2)):
+        for key, value in batch.items():
+            np.testing.assert_array_equal(value.numpy(), features[f"{key}_{step}"], err_msg=f"{key}_{step}")
 
 
 # ----- flag errors: one line ----------------------------------------------------------------------
@@ -378,7 +453,7 @@ def test_a_mixed_run_feeds_each_sources_memory_only_from_that_source(records, sm
 
 def test_benchmark_runs_small_on_cpu():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), "--small", "--steps=3",
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), "gpu", "--small", "--steps=3",
                              "--strategy=one_device"], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(r"median step [\d.]+ ms, [\d,]+ tokens/s", result.stdout), result.stdout

@@ -57,6 +57,11 @@ def define_flags():
                       "auto: all local GPUs (mirrored) or the one GPU or the CPU; multi_worker: the cluster of TF_CONFIG.")
     flags.DEFINE_list("devices", [], "one_device / mirrored: the devices, e.g. /gpu:0,/gpu:1 (default: all GPUs).")
     flags.DEFINE_string("tpu", "", "strategy tpu: the TPU's name or grpc:// address.")
+    flags.DEFINE_enum("jit_compile", "auto", ["auto", "on", "off"], "Compile each replica's forward and backward "
+                      "pass with XLA. auto: on GPUs (and uncompiled if XLA cannot compile an op), off on CPUs, where "
+                      "TensorFlow's own kernels are faster, and on TPUs, which compile the whole step anyway.")
+    flags.DEFINE_bool("tf32", False, "Let GPUs run float32 matmuls in TF32 (faster on Ampere and later, about 1e-3 "
+                      "relative error); off, every float32 matmul is full float32.")
     # Data: from the records' corpus_info.json unless given (and then they must agree with it).
     cli.define_data_flags(_DATA_DEFAULTS, note=" Default: the records' (corpus_info.json).")
     flags.DEFINE_integer("n_token", 32000, "Vocabulary size (default: the records' vocab_size).")
@@ -79,7 +84,8 @@ def define_flags():
     flags.DEFINE_float("dropatt", 0.0, "Attention dropout rate.")
     flags.DEFINE_bool("untie_r", False, "Untie the attention biases across layers.")
     flags.DEFINE_enum("ff_activation", "relu", ["relu", "gelu"], "Feed-forward activation.")
-    flags.DEFINE_bool("use_bfloat16", False, "Compute in bfloat16 (weights stay float32).")
+    flags.DEFINE_bool("use_bfloat16", False, "Compute in bfloat16: mixed precision, the weights, the layer norms' "
+                      "moments, the softmaxes and the loss stay float32.")
     flags.DEFINE_enum("init", "normal", ["normal", "uniform"], "Initialisation.")
     flags.DEFINE_float("init_std", 0.02, "Standard deviation of the normal initialisation.")
     flags.DEFINE_float("init_range", 0.1, "Range of the uniform initialisation.")

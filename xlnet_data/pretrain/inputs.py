@@ -27,7 +27,8 @@ Differences from the original, all deliberate:
 - no file shuffling and no `cache()` by default: examples stay in stream order
   (memory needs consecutive batches) and a large corpus is not held in RAM;
 - the permutation is injectable, and by default it is drawn statelessly from
-  (seed, example index, part), so a run is reproducible.
+  (seed, index of the batch's first example, part), a row per example, so a run
+  is reproducible (and a resumed one, which starts on a batch boundary).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ import tensorflow as tf
 from xlnet_data.common import save_dir, validation
 from xlnet_data.common.vocab import CLS_ID, SEP_ID
 
-# (example index in the stream [int64 scalar tensor], part 0 = first reuse_len
-# positions / 1 = the rest) -> a permutation of range(perm_size) [int tensor].
+# (indices in the stream of a batch's consecutive examples [n] int64 tensor, part 0 = first
+# reuse_len positions / 1 = the rest) -> a permutation of range(perm_size) per example [n, perm_size].
 PermutationFn = Callable[[tf.Tensor, int], tf.Tensor]
 
 
@@ -146,57 +147,67 @@ def _read_records(filenames: Sequence[str]) -> tf.data.Dataset:
 
 
 def random_permutation(seed: int, perm_size: int) -> PermutationFn:
-    """The default permutation: uniform, drawn statelessly from (seed, example index, part).
+    """The default permutation: uniform, one row per example, drawn statelessly from (seed, index of
+    the batch's first example, part).
 
     Stateless so that the same seed gives the same features on every run and
-    every number of parallel map calls.
+    every number of parallel map calls; one draw per batch, not per example, so
+    that no op runs per example.
     """
 
-    def permutation(example_index: tf.Tensor, part: int) -> tf.Tensor:
-        op_seed = tf.stack([tf.cast(seed, tf.int64), tf.cast(example_index, tf.int64) * 2 + part])
-        return tf.argsort(tf.random.stateless_uniform([perm_size], seed=op_seed))
+    def permutation(example_indices: tf.Tensor, part: int) -> tf.Tensor:
+        op_seed = tf.stack([tf.cast(seed, tf.int64), tf.cast(example_indices[0], tf.int64) * 2 + part])
+        shape = tf.stack([tf.size(example_indices), perm_size])
+        return tf.argsort(tf.random.stateless_uniform(shape, seed=op_seed), axis=-1)
 
     return permutation
 
 
-def _local_perm(inputs: tf.Tensor, targets: tf.Tensor, is_masked: tf.Tensor, perm: tf.Tensor,
-                perm_size: int, length: int):
-    """The original's `_local_perm` for one part of `length` positions.
+def _local_perm_features(inputs: tf.Tensor, targets: tf.Tensor, is_masked: tf.Tensor, perms: Sequence[tf.Tensor],
+                         config: InputConfig) -> dict[str, tf.Tensor]:
+    """The original's `_local_perm` of both parts at once, for a batch ([bsz, seq_len] int64 records, `perms`
+    the two parts' [bsz, perm_size] shuffles): perm_mask, target, target_mask, input_k, input_q.
 
-    `perm` is the shuffle of the `perm_size` rows that the original draws with
-    tf.random_shuffle: position b*perm_size + j gets the factorization-order
-    index b*perm_size + perm[j] (the same permutation in every block).
+    Within a part, position b*perm_size + j gets the factorization-order index b*perm_size + perm[j] (the
+    same shuffle in every block, as the original's tf.random_shuffle of the rows), ordinary tokens the
+    part's smallest index (everyone sees them, they see no masked token), and a predicted token may not
+    see itself. The original builds each part's mask, "i may not attend to j" = (i's own index <= j's
+    index) and j is masked or functional, then pastes them with ones (the memory part never sees the
+    rest) and zeros (the rest sees all of it). Here the rest's indices are offset by seq_len, which gives
+    those two blocks from the same comparison; and "j is masked or functional" needs no test, as an
+    ordinary j has its part's smallest index, below every i's own index in its part.
     """
-    num_blocks = length // perm_size
-    index = tf.reshape(tf.range(num_blocks, dtype=tf.int64)[:, None] * perm_size
-                       + tf.cast(perm, tf.int64)[None, :], [length])
+    seq_len, reuse_len, perm_size = config.seq_len, config.reuse_len, config.perm_size
+    position = tf.range(seq_len, dtype=tf.int64)
+    in_rest = position >= reuse_len
+    offset = tf.where(in_rest, tf.cast(seq_len, tf.int64), 0)  # the part's smallest index + 1
+    block_start = tf.where(in_rest, (position - reuse_len) // perm_size * perm_size,
+                           position // perm_size * perm_size)
+    shuffled = tf.concat([tf.tile(tf.cast(perm, tf.int64), [1, length // perm_size])
+                          for perm, length in zip(perms, (reuse_len, seq_len - reuse_len))], axis=1)
+    index = offset + block_start + shuffled
 
     non_func_tokens = tf.logical_not(tf.logical_or(tf.equal(inputs, SEP_ID), tf.equal(inputs, CLS_ID)))
     non_mask_tokens = tf.logical_and(tf.logical_not(is_masked), non_func_tokens)
-    masked_or_func_tokens = tf.logical_not(non_mask_tokens)
-
-    # Ordinary tokens get the smallest index (-1): everyone sees them, they see no masked token.
-    rev_index = tf.where(non_mask_tokens, -tf.ones([length], dtype=tf.int64), index)
-
+    rev_index = tf.where(non_mask_tokens, offset - 1, index)
     # Predicted tokens: masked ones that are not <sep>/<cls>.
-    target_tokens = tf.logical_and(masked_or_func_tokens, non_func_tokens)
+    target_tokens = tf.logical_and(is_masked, non_func_tokens)
     target_mask = tf.cast(target_tokens, tf.float32)
-
-    # A predicted token may not see itself; others (incl. <sep>/<cls>) may.
     self_rev_index = tf.where(target_tokens, rev_index, rev_index + 1)
-    perm_mask = tf.cast(tf.logical_and(self_rev_index[:, None] <= rev_index[None, :], masked_or_func_tokens),
-                        tf.float32)
+    perm_mask = tf.cast(self_rev_index[:, :, None] <= rev_index[:, None, :], tf.float32)
 
-    # The record's `target` is the next token; the model predicts the current one.
-    new_targets = tf.concat([inputs[0:1], targets[:-1]], axis=0)
-    return perm_mask, new_targets, target_mask, inputs, target_mask
+    # The record's `target` is the next token; the model predicts the current one (each part's first
+    # position takes its input, as the original shifts each part on its own).
+    shifted = tf.concat([inputs[:, :1], targets[:, :-1]], axis=1)
+    new_targets = tf.where(tf.equal(position, reuse_len), inputs, shifted)
+    return {"perm_mask": perm_mask, "target": new_targets, "target_mask": target_mask, "input_k": inputs,
+            "input_q": target_mask}
 
 
-def make_parser(config: InputConfig, permutation: PermutationFn):
-    """The per-example function (example index, serialized record) -> feature dict."""
-    seq_len, reuse_len, perm_size = config.seq_len, config.reuse_len, config.perm_size
-    non_reuse_len = seq_len - reuse_len
-    num_predict = config.num_predict
+def make_batch_parser(config: InputConfig):
+    """The per-batch function (serialized records [n], the two parts' permutations [n, perm_size] each) ->
+    feature dict (see the module doc), all examples of a batch in one set of ops."""
+    seq_len, num_predict = config.seq_len, config.num_predict
     record_spec = {
         "input": tf.io.FixedLenFeature([seq_len], tf.int64),
         "target": tf.io.FixedLenFeature([seq_len], tf.int64),
@@ -205,55 +216,49 @@ def make_parser(config: InputConfig, permutation: PermutationFn):
         "is_masked": tf.io.FixedLenFeature([seq_len], tf.int64),
     }
 
-    def parse(example_index: tf.Tensor, record: tf.Tensor) -> dict[str, tf.Tensor]:
-        example = tf.io.parse_single_example(record, record_spec)
-        inputs = example["input"]
-        target = example["target"]
-        is_masked = tf.cast(example["is_masked"], tf.bool)
-
-        perm_mask_0, target_0, target_mask_0, input_k_0, input_q_0 = _local_perm(
-            inputs[:reuse_len], target[:reuse_len], is_masked[:reuse_len],
-            permutation(example_index, 0), perm_size, reuse_len)
-        perm_mask_1, target_1, target_mask_1, input_k_1, input_q_1 = _local_perm(
-            inputs[reuse_len:], target[reuse_len:], is_masked[reuse_len:],
-            permutation(example_index, 1), perm_size, non_reuse_len)
-
-        # The memory part never sees the rest (it is cached for the next batch,
-        # which must not have seen this batch's future); the rest sees all of it.
-        perm_mask = tf.concat([
-            tf.concat([perm_mask_0, tf.ones([reuse_len, non_reuse_len])], axis=1),
-            tf.concat([tf.zeros([non_reuse_len, reuse_len]), perm_mask_1], axis=1),
-        ], axis=0)
-        target = tf.concat([target_0, target_1], axis=0)
-        target_mask = tf.concat([target_mask_0, target_mask_1], axis=0)
-
+    def parse(records: tf.Tensor, perm_0: tf.Tensor, perm_1: tf.Tensor) -> dict[str, tf.Tensor]:
+        example = tf.io.parse_example(records, record_spec)
+        local = _local_perm_features(example["input"], example["target"], tf.cast(example["is_masked"], tf.bool),
+                                     (perm_0, perm_1), config)
         features = {
-            "input_k": tf.cast(tf.concat([input_k_0, input_k_1], axis=0), tf.int32),
-            "input_q": tf.concat([input_q_0, input_q_1], axis=0),
+            "input_k": tf.cast(local["input_k"], tf.int32),
+            "input_q": local["input_q"],
             "seg_id": tf.cast(example["seg_id"], tf.int32),
             "label": tf.cast(example["label"], tf.int32),
-            "perm_mask": perm_mask,
+            "perm_mask": local["perm_mask"],
         }
         if num_predict is None:
-            features["target"] = tf.cast(target, tf.int32)
-            features["target_mask"] = target_mask
-        else:
-            predicted = tf.cast(target_mask, tf.bool)
-            indices = tf.boolean_mask(tf.range(seq_len, dtype=tf.int64), predicted)
-            actual = tf.shape(indices)[0]
-            # The original would fail here with a shape error; say why instead.
-            with tf.control_dependencies([tf.debugging.assert_less_equal(
-                    actual, num_predict, message="an example has more predicted tokens than num_predict")]):
-                pad_len = num_predict - actual
-            target_mapping = tf.concat(
-                [tf.one_hot(indices, seq_len, dtype=tf.float32), tf.zeros([pad_len, seq_len])], axis=0)
-            features["target_mapping"] = tf.reshape(target_mapping, [num_predict, seq_len])
-            features["target"] = tf.reshape(tf.cast(tf.concat(
-                [tf.boolean_mask(target, predicted), tf.zeros([pad_len], tf.int64)], axis=0), tf.int32),
-                [num_predict])
-            features["target_mask"] = tf.reshape(tf.concat(
-                [tf.ones([actual]), tf.zeros([pad_len])], axis=0), [num_predict])
+            features["target"] = tf.cast(local["target"], tf.int32)
+            features["target_mask"] = local["target_mask"]
+            return features
+        # The predicted positions in order, padded to num_predict: row k of target_mapping is one-hot on
+        # the k-th predicted position (zero when there are fewer).
+        predicted = local["target_mask"] > 0
+        rank = tf.cumsum(tf.cast(predicted, tf.int32), axis=1) - 1  # which prediction a position is
+        actual = rank[:, -1] + 1
+        # The original would fail here with a shape error; say why instead.
+        with tf.control_dependencies([tf.debugging.assert_less_equal(
+                tf.reduce_max(actual), num_predict, message="an example has more predicted tokens than num_predict")]):
+            rank = tf.where(predicted, rank, -1)
+        mapping = tf.equal(rank[:, None, :], tf.range(num_predict)[None, :, None])
+        features["target_mapping"] = tf.cast(mapping, tf.float32)
+        features["target"] = tf.cast(tf.reduce_sum(tf.where(mapping, local["target"][:, None, :], 0), axis=2),
+                                     tf.int32)
+        features["target_mask"] = tf.cast(tf.range(num_predict)[None, :] < actual[:, None], tf.float32)
         return features
+
+    return parse
+
+
+def make_parser(config: InputConfig, permutation: PermutationFn):
+    """The per-example function (example index, serialized record) -> feature dict (one example of
+    make_batch_parser's batch)."""
+    parse_batch = make_batch_parser(config)
+
+    def parse(example_index: tf.Tensor, record: tf.Tensor) -> dict[str, tf.Tensor]:
+        indices = tf.reshape(example_index, [1])
+        features = parse_batch(record[None], permutation(indices, 0), permutation(indices, 1))
+        return {key: value[0] for key, value in features.items()}
 
     return parse
 
@@ -264,8 +269,8 @@ def make_dataset(record_info_dir: str, config: InputConfig, *, seed: int = 0,
 
     record_info_dir: comma-separated record dirs (the original's `record_info_dir`).
     seed: seeds the default permutation (ignored when `permutation` is given).
-    permutation: (example index, part) -> permutation of range(perm_size);
-      the example index counts records from the start of the stream (repeats included).
+    permutation: (example indices of a batch, part) -> a permutation of range(perm_size) per example;
+      example indices count records from the start of the stream (repeats included).
     repeat: cycle through the records forever, as the original does.
     start: the index of the first example to use (to resume a run where it stopped); the
       skipped records are read but not parsed, and indices (so permutations) stay those of
@@ -283,8 +288,11 @@ def make_dataset(record_info_dir: str, config: InputConfig, *, seed: int = 0,
     if repeat:
         dataset = dataset.repeat()
     dataset = dataset.enumerate().skip(start)
-    dataset = dataset.map(make_parser(config, permutation), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    # Everything per batch (a few dozen ops), nothing per example.
     dataset = dataset.batch(config.bsz_per_core, drop_remainder=True)
+    parse = make_batch_parser(config)
+    dataset = dataset.map(lambda indices, records: parse(records, permutation(indices, 0), permutation(indices, 1)),
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -297,8 +305,7 @@ def fixed_permutation(first_part: np.ndarray, second_part: np.ndarray) -> Permut
     tables = (tf.constant(np.asarray(first_part, dtype=np.int64)),
               tf.constant(np.asarray(second_part, dtype=np.int64)))
 
-    def permutation(example_index: tf.Tensor, part: int) -> tf.Tensor:
-        del example_index
-        return tables[part]
+    def permutation(example_indices: tf.Tensor, part: int) -> tf.Tensor:
+        return tf.tile(tables[part][None], tf.stack([tf.size(example_indices), 1]))
 
     return permutation

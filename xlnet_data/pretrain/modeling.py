@@ -178,11 +178,34 @@ def _layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor) -> tf.Tensor:
 
 
 def _rel_shift(x: tf.Tensor, klen: tf.Tensor) -> tf.Tensor:
-    """[qlen, rlen, ...] scores against relative positions -> [qlen, klen, ...] against keys."""
+    """[..., qlen, rlen] scores against relative positions -> [..., qlen, klen] against keys.
+
+    tf.slice, not Python slices: a slice's gradient is a Pad, a strided slice's a StridedSliceGrad,
+    which took over a quarter of the backward pass in a profile of the training step.
+    """
     shape = tf.shape(x)
-    x = tf.reshape(x, tf.concat([[shape[1], shape[0]], shape[2:]], 0))[1:]
-    x = tf.reshape(x, tf.concat([[shape[0], shape[1] - 1], shape[2:]], 0))
-    return x[:, :klen]
+    lead, qlen, rlen = shape[:-2], shape[-2], shape[-1]
+    zeros = tf.zeros_like(lead)
+    x = tf.reshape(x, tf.concat([lead, [rlen, qlen]], 0))
+    x = tf.slice(x, tf.concat([zeros, [1, 0]], 0), tf.concat([lead, [rlen - 1, qlen]], 0))
+    x = tf.reshape(x, tf.concat([lead, [qlen, rlen - 1]], 0))
+    return tf.slice(x, tf.concat([zeros, [0, 0]], 0), tf.concat([lead, [qlen, klen]], 0))
+
+
+def _rel_shift_rows(x: tf.Tensor, positions: tf.Tensor, klen: tf.Tensor) -> tf.Tensor:
+    """_rel_shift for queries at some positions only: x [bsz, n_head, num_predict, rlen] (rlen = klen +
+    qlen) of the queries at positions [bsz, num_predict] -> [bsz, n_head, num_predict, klen]: query p
+    against key j is relative position column qlen - p + j."""
+    qlen = tf.shape(x)[-1] - klen
+    columns = (qlen - positions)[:, :, None] + tf.range(klen)[None, None, :]
+    rows = tf.gather(tf.transpose(x, [0, 2, 1, 3]), columns, axis=3, batch_dims=2)
+    return tf.transpose(rows, [0, 2, 1, 3])
+
+
+def _rows(mask: tf.Tensor, positions: tf.Tensor, bsz: tf.Tensor) -> tf.Tensor:
+    """Rows `positions` [bsz, num_predict] of a [bsz or 1, 1, qlen, klen] mask: [bsz, 1, num_predict, klen]."""
+    mask = tf.broadcast_to(mask[:, 0], tf.concat([[bsz], tf.shape(mask)[2:]], 0))
+    return tf.gather(mask, positions, axis=1, batch_dims=1)[:, None]
 
 
 def causal_mask(qlen: tf.Tensor, mlen: tf.Tensor, dtype: tf.DType, same_length: bool) -> tf.Tensor:
@@ -272,39 +295,57 @@ class XLNet(tf.Module):
         return [tf.zeros([self.run.mem_len, bsz, self.config.d_model]) for _ in range(self.config.n_layer)]
 
     # ----- the network -----
-    def _rel_attn_core(self, layer, q_head, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask, training):
-        """Relative attention of one query stream: content + position + segment scores."""
-        scale = 1 / (self.config.d_head ** 0.5)
-        klen = tf.shape(k_head_h)[0]
-        ac = tf.einsum("ibnd,jbnd->ijbn", q_head + self._bias("r_w_bias", layer), k_head_h)
+    def _rel_attn_core(self, layer, q_head, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask, training,
+                       positions=None):
+        """Relative attention of one query stream: content + position + segment scores.
 
-        q_r = q_head + self._bias("r_r_bias", layer)
-        if k_head_r.shape[1] == 1:
-            bd = tf.einsum("ibnd,jnd->ijbn", q_r, k_head_r[:, 0])
+        Head-major, unlike the original's [qlen, klen, bsz, n_head] scores: q_head [bsz, n_head, qlen,
+        d_head], k/v_head_h [bsz, n_head, klen, d_head], k_head_r [n_dir, n_head, rlen, d_head],
+        seg_mat [bsz, 1, qlen, klen] (1: other segment), attn_mask [bsz or 1, 1, qlen, klen] (1: may
+        not attend). Every product is then a plain batched matmul and the softmax runs over the last
+        axis, with no transposes of the scores. Returns [bsz, n_head, qlen, d_head].
+        positions [bsz, num_predict]: q_head holds only the queries at these positions (the masks stay
+        [.., qlen, klen]); returns [bsz, n_head, num_predict, d_head].
+        """
+        scale = 1 / (self.config.d_head ** 0.5)
+        klen = tf.shape(k_head_h)[2]
+        ac = tf.matmul(q_head + self._bias("r_w_bias", layer)[:, None], k_head_h, transpose_b=True)
+
+        q_r = q_head + self._bias("r_r_bias", layer)[:, None]
+        if k_head_r.shape[0] == 1:
+            bd = tf.matmul(q_r, k_head_r[0], transpose_b=True)
         else:
-            # bi_data: forward half of the batch against [:, 0], backward half against [:, 1].
-            qlen, bsz = tf.shape(q_r)[0], tf.shape(q_r)[1]
-            n, d = self.config.n_head, self.config.d_head
-            q_r = tf.reshape(q_r, [qlen, 2, bsz // 2, n, d])
-            bd = tf.reshape(tf.einsum("ixbnd,jxnd->ijxbn", q_r, k_head_r), [qlen, -1, bsz, n])
-        bd = _rel_shift(bd, klen)
+            # bi_data: forward half of the batch against direction 0, backward half against direction 1.
+            shape = tf.shape(q_r)
+            q_r = tf.reshape(q_r, tf.concat([[2, shape[0] // 2], shape[1:]], 0))
+            bd = tf.reshape(tf.matmul(q_r, k_head_r[:, None], transpose_b=True),
+                            tf.concat([shape[:3], [tf.shape(k_head_r)[2]]], 0))
+        if positions is None:
+            bd = _rel_shift(bd, klen)
+        else:
+            bsz = tf.shape(q_head)[0]
+            bd = _rel_shift_rows(bd, positions, klen)
+            seg_mat = None if seg_mat is None else _rows(seg_mat, positions, bsz)
+            attn_mask = None if attn_mask is None else _rows(attn_mask, positions, bsz)
 
         score = ac + bd
         if seg_mat is not None:
-            # The original's einsum with a one-hot seg_mat, as a select.
-            ef = tf.einsum("ibnd,snd->ibns", q_head + self._bias("r_s_bias", layer),
-                           self._w("transformer/seg_embed")[layer])
-            score += tf.where(seg_mat[..., None], ef[:, None, :, :, 1], ef[:, None, :, :, 0])
+            # The original's einsum with a one-hot seg_mat, as same + seg_mat * (other - same): a
+            # product whose gradient is a product and a sum (a tf.where's costs two full selects).
+            seg_embed = tf.transpose(self._w("transformer/seg_embed")[layer], [1, 2, 0])  # [n_head, d_head, 2]
+            same, other = tf.unstack(tf.matmul(q_head + self._bias("r_s_bias", layer)[:, None], seg_embed), axis=-1)
+            score += same[..., None] + seg_mat * (other - same)[..., None]
         score *= scale
         if attn_mask is not None:
             score -= 1e30 * attn_mask
 
-        prob = tf.nn.softmax(score, axis=1)
+        # The softmax in float32 even under bfloat16.
+        prob = tf.cast(tf.nn.softmax(tf.cast(score, tf.float32)), score.dtype)
         prob = self._dropout(prob, self.run.dropatt, training)
-        return tf.einsum("ijbn,jbnd->ibnd", prob, v_head_h)
+        return tf.matmul(prob, v_head_h)
 
     def _post_attention(self, prefix, h, attn_vec, training):
-        out = tf.einsum("ibnd,hnd->ibh", attn_vec, self._w(f"{prefix}/o/kernel"))
+        out = tf.einsum("bnid,hnd->ibh", attn_vec, self._w(f"{prefix}/o/kernel"))
         out = self._dropout(out, self.run.dropout, training)
         return _layer_norm(out + h, self._w(f"{prefix}/LayerNorm/gamma"), self._w(f"{prefix}/LayerNorm/beta"))
 
@@ -324,7 +365,8 @@ class XLNet(tf.Module):
 
         inp_k [len, bsz] int; seg_id [len, bsz]; mems per layer [mlen, bsz, d_model];
         perm_mask [len, len, bsz] (1: i may not attend to j); target_mapping
-        [num_predict, len, bsz]; inp_q [len, bsz] (1: predicted; enables the
+        [num_predict, len, bsz] (rows one-hot, or zero for padding, as the input
+        pipeline makes them); inp_q [len, bsz] (1: predicted; enables the
         query stream); input_mask [len, bsz] (1: padding).
         Returns (output, new_mems): the query stream's output ([num_predict or
         len, bsz, d_model]) when inp_q is given, else the content stream's.
@@ -358,6 +400,9 @@ class XLNet(tf.Module):
             attn_mask = tf.cast(attn_mask > 0, dtype)
             non_tgt_mask = tf.concat([tf.zeros([qlen, mlen], dtype=dtype), -tf.eye(qlen, dtype=dtype)], axis=-1)
             non_tgt_mask = tf.cast((attn_mask + non_tgt_mask[:, :, None, None]) > 0, dtype)
+            # [qlen, klen, bsz or 1, 1] -> the attention's head-major [bsz or 1, 1, qlen, klen].
+            attn_mask = tf.transpose(attn_mask, [2, 3, 0, 1])
+            non_tgt_mask = tf.transpose(non_tgt_mask, [2, 3, 0, 1])
 
         # Embeddings: the content stream sees tokens, the query stream only mask_emb.
         word_emb_k = tf.cast(tf.gather(self.weights["model/transformer/word_embedding/lookup_table"], inp_k), dtype)
@@ -373,12 +418,21 @@ class XLNet(tf.Module):
                 word_emb_q = inp_q_ext * mask_emb + (1 - inp_q_ext) * word_emb_k
             output_g = self._dropout(word_emb_q, run.dropout, training)
 
-        # seg_mat[i, j, b]: True when query i and key j (memory counts as
+        # seg_mat[b, 0, i, j]: 1 when query i and key j (memory counts as
         # segment 0) are in different segments.
         seg_mat = None
         if seg_id is not None:
-            cat_ids = tf.concat([tf.zeros([mlen, bsz], dtype=seg_id.dtype), seg_id], 0)
-            seg_mat = tf.not_equal(seg_id[:, None], cat_ids[None, :])
+            seg_id = tf.transpose(seg_id)
+            cat_ids = tf.concat([tf.zeros([bsz, mlen], dtype=seg_id.dtype), seg_id], 1)
+            seg_mat = tf.cast(tf.not_equal(seg_id[:, :, None], cat_ids[:, None, :]), dtype)[:, None]
+
+        # Queries of the predictions at their positions only; "uni" keeps the original's scatter (its
+        # relative positions are not those of _rel_shift_rows).
+        gather_queries = target_mapping is not None and run.attn_type == "bi"
+        if gather_queries:
+            mapping = tf.transpose(target_mapping, [2, 0, 1])  # [bsz, num_predict, len]
+            predicted_positions = tf.argmax(mapping, axis=2, output_type=tf.int32)
+            predicted_weight = tf.reduce_sum(mapping, axis=2)[:, None, :, None]
 
         pos_emb = relative_positional_encoding(qlen, klen, cfg.d_model, run.clamp_len, run.attn_type,
                                                run.bi_data, dtype)
@@ -389,24 +443,32 @@ class XLNet(tf.Module):
             new_mems.append(_cache_mem(output_h, None if mems is None else mems[i], run.mem_len, run.reuse_len))
             prefix = f"transformer/layer_{i}/rel_attn"
             cat = output_h if mems is None else tf.concat([mems[i], output_h], 0)
-            k_head_h = tf.einsum("ibh,hnd->ibnd", cat, self._w(f"{prefix}/k/kernel"))
-            v_head_h = tf.einsum("ibh,hnd->ibnd", cat, self._w(f"{prefix}/v/kernel"))
-            k_head_r = tf.einsum("ixh,hnd->ixnd", pos_emb, self._w(f"{prefix}/r/kernel"))
+            # Heads are head-major ([bsz, n_head, len, d_head]), see _rel_attn_core.
+            k_head_h = tf.einsum("ibh,hnd->bnid", cat, self._w(f"{prefix}/k/kernel"))
+            v_head_h = tf.einsum("ibh,hnd->bnid", cat, self._w(f"{prefix}/v/kernel"))
+            k_head_r = tf.einsum("ixh,hnd->xnid", pos_emb, self._w(f"{prefix}/r/kernel"))
             q_kernel = self._w(f"{prefix}/q/kernel")
 
-            q_head_h = tf.einsum("ibh,hnd->ibnd", output_h, q_kernel)
+            q_head_h = tf.einsum("ibh,hnd->bnid", output_h, q_kernel)
             attn_vec_h = self._rel_attn_core(i, q_head_h, k_head_h, v_head_h, k_head_r, seg_mat, non_tgt_mask,
                                              training)
             new_h = self._post_attention(prefix, output_h, attn_vec_h, training)
 
             if output_g is not None:
-                q_head_g = tf.einsum("ibh,hnd->ibnd", output_g, q_kernel)
-                if target_mapping is not None:
-                    # Scatter the predictions to their positions, attend, gather back.
-                    q_head_g = tf.einsum("mbnd,mlb->lbnd", q_head_g, target_mapping)
+                q_head_g = tf.einsum("ibh,hnd->bnid", output_g, q_kernel)
+                if gather_queries:
+                    # The original scatters the predictions to their positions (einsum with
+                    # target_mapping), attends from all seq_len positions and gathers back; attending
+                    # from the predicted positions only is the same for one-hot rows, and padding rows
+                    # (all zero) get zero, as there.
+                    attn_vec_g = self._rel_attn_core(i, q_head_g, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask,
+                                                     training, positions=predicted_positions)
+                    attn_vec_g *= predicted_weight
+                elif target_mapping is not None:
+                    q_head_g = tf.einsum("bnmd,mlb->bnld", q_head_g, target_mapping)
                     attn_vec_g = self._rel_attn_core(i, q_head_g, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask,
                                                      training)
-                    attn_vec_g = tf.einsum("lbnd,mlb->mbnd", attn_vec_g, target_mapping)
+                    attn_vec_g = tf.einsum("bnld,mlb->bnmd", attn_vec_g, target_mapping)
                 else:
                     attn_vec_g = self._rel_attn_core(i, q_head_g, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask,
                                                      training)

@@ -44,6 +44,7 @@ log = logging.getLogger("xlnet_data")
 
 DECAY_METHODS = ("poly", "cos")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+JIT_COMPILE = ("auto", "on", "off")
 BETA_1, BETA_2 = 0.9, 0.999  # the original's (tf.train.AdamOptimizer and AdamWeightDecayOptimizer defaults)
 
 
@@ -78,6 +79,8 @@ class TrainConfig:
     strategy: str = "auto"
     devices: tuple[str, ...] = ()  # one_device / mirrored: the devices (default: the GPUs, else the CPU)
     tpu: str = ""  # strategy tpu: the TPU's name or address
+    jit_compile: str = "auto"  # XLA for each replica's forward and backward pass (see Trainer.uses_xla)
+    tf32: bool = False  # let GPUs run float32 matmuls in TF32
 
     def __post_init__(self):
         def need(ok, message):
@@ -86,6 +89,7 @@ class TrainConfig:
 
         need(self.decay_method in DECAY_METHODS, f"--decay_method={self.decay_method} must be poly or cos")
         need(self.strategy in STRATEGIES, f"--strategy={self.strategy} must be one of {', '.join(STRATEGIES)}")
+        need(self.jit_compile in JIT_COMPILE, f"--jit_compile={self.jit_compile} must be one of {', '.join(JIT_COMPILE)}")
         for name in ("train_steps", "iterations", "max_save"):
             need(getattr(self, name) > 0, f"--{name}={getattr(self, name)} must be positive")
         need(self.save_steps is None or self.save_steps > 0, f"--save_steps={self.save_steps} must be positive")
@@ -132,7 +136,8 @@ def uses_weight_decay(name: str) -> bool:
 class AdamWeightDecay(tf.Module):
     """The update rule the original picks in get_train_op.
 
-    weight_decay == 0: tf.train.AdamOptimizer (bias-corrected step size).
+    weight_decay == 0: tf.train.AdamOptimizer (bias-corrected step size), with its fused kernel
+      (one ResourceApplyAdam per weight instead of ten element-wise passes).
     weight_decay > 0: the original's AdamWeightDecayOptimizer: no bias correction,
       lr * weight_decay * w subtracted from every weight `uses_weight_decay` names.
     Slots m and v per weight; `step` is the global step (updates done so far).
@@ -152,19 +157,26 @@ class AdamWeightDecay(tf.Module):
         """One update of every weight (cross-replica context; grads in `weights` order, one per replica,
         already averaged and clipped). Returns the scheduled learning rate."""
         lr = learning_rate(self.step, self.cfg)
-        step_size = lr
-        if self.cfg.weight_decay == 0:
-            t = tf.cast(self.step + 1, tf.float32)
-            step_size = lr * tf.sqrt(1 - tf.pow(BETA_2, t)) / (1 - tf.pow(BETA_1, t))
+        t = tf.cast(self.step + 1, tf.float32)
+        powers = (tf.pow(BETA_1, t), tf.pow(BETA_2, t))
         for (name, var), grad in zip(self.weights.items(), grads):
-            decay = self.cfg.weight_decay if uses_weight_decay(name) else 0.0
             # On each device: the local copy of the weight and its slots, with the local gradient.
-            strategy.extended.update(var, self._update, args=(grad, self.m[name], self.v[name], step_size, decay),
-                                     group=False)
+            if self.cfg.weight_decay == 0:
+                strategy.extended.update(var, self._adam, args=(grad, self.m[name], self.v[name], lr, powers),
+                                         group=False)
+            else:
+                decay = self.cfg.weight_decay if uses_weight_decay(name) else 0.0
+                strategy.extended.update(var, self._adam_weight_decay,
+                                         args=(grad, self.m[name], self.v[name], lr, decay), group=False)
         self.step.assign_add(1)
         return lr
 
-    def _update(self, var, grad, m, v, step_size, decay):
+    def _adam(self, var, grad, m, v, lr, powers):
+        return tf.raw_ops.ResourceApplyAdam(var=var.handle, m=m.handle, v=v.handle, beta1_power=powers[0],
+                                            beta2_power=powers[1], lr=lr, beta1=BETA_1, beta2=BETA_2,
+                                            epsilon=self.cfg.adam_epsilon, grad=grad)
+
+    def _adam_weight_decay(self, var, grad, m, v, step_size, decay):
         m.assign(BETA_1 * m + (1 - BETA_1) * grad)
         v.assign(BETA_2 * v + (1 - BETA_2) * tf.square(grad))
         update = m / (tf.sqrt(v) + self.cfg.adam_epsilon)
@@ -221,10 +233,15 @@ def replica_batches(record_dir: str, cfg: TrainConfig, num_replicas: int, *, sta
     data = cfg.data
     dataset = make_dataset(record_dir, data, seed=cfg.seed, permutation=permutation,
                            start=start_step * data.bsz_per_host)
+    several_pipelines = input_context is not None and input_context.num_input_pipelines > 1
+    if num_replicas == data.num_core_per_host and not several_pipelines:
+        # Replica r is core r: the records' batches are already the replicas' (split_host_batch would
+        # hand every replica its own core's block).
+        return dataset
     dataset = dataset.batch(data.num_core_per_host, drop_remainder=True)  # one step of the records
     dataset = dataset.map(lambda features: {key: split_host_batch(value, num_replicas, data.bi_data)
                                             for key, value in features.items()})
-    if input_context is not None and input_context.num_input_pipelines > 1:
+    if several_pipelines:
         local = num_replicas // input_context.num_input_pipelines
         first = input_context.input_pipeline_id * local
         dataset = dataset.map(lambda features: {key: value[first:first + local] for key, value in features.items()})
@@ -305,8 +322,18 @@ def lost_worker_message(err: tf.errors.OpError, model_dir: str) -> str:
             f"last checkpoint in {model_dir}")
 
 
+def uses_xla(jit_compile: str, strategy: tf.distribute.Strategy) -> bool:
+    """Whether each replica's forward and backward pass is compiled with XLA. auto: on GPUs; not on CPUs,
+    where TensorFlow's oneDNN kernels run the step faster than XLA's CPU code (BENCHMARKS.md), nor on
+    TPUs, where the whole step is compiled anyway."""
+    if jit_compile != "auto":
+        return jit_compile == "on"
+    return not isinstance(strategy, tf.distribute.TPUStrategy) and all(
+        tf.DeviceSpec.from_string(device).device_type == "GPU" for device in strategy.extended.worker_devices)
+
+
 class Trainer:
-    """The model and its optimizer on a strategy, and the training step."""
+    """The model and its optimizer on a strategy, and the training step (`train_step`)."""
 
     def __init__(self, cfg: TrainConfig, strategy: tf.distribute.Strategy):
         self.cfg = cfg
@@ -323,8 +350,33 @@ class Trainer:
             self.model = build_model(cfg.model, cfg.run, seed=cfg.seed)
             self.optimizer = AdamWeightDecay(self.model.weights, cfg)
         self.variables = list(self.model.weights.values())
+        self.uses_xla = uses_xla(cfg.jit_compile, strategy)
+        self._stepped = False
+        self._build_step()
+
+    def _build_step(self):
+        # Only the model's pass is compiled: the all-reduce, clipping and the update stay outside, so
+        # the same code compiles under every strategy (as Keras compiles its per-replica step).
+        self._forward_backward = (tf.function(self._model_forward_backward, jit_compile=True) if self.uses_xla
+                                  else self._model_forward_backward)
         self.step = tf.function(self._step)
         self.loss_and_grads = tf.function(self._distributed_loss_and_grads)
+
+    def train_step(self, features, mems):
+        """self.step, except that with --jit_compile=auto a first step that XLA cannot compile (an op
+        it lacks on this device) is run uncompiled instead, and so are the following ones."""
+        try:
+            out = self.step(features, mems)
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as err:
+            if self._stepped or not self.uses_xla or self.cfg.jit_compile != "auto":
+                raise
+            # Nothing ran: compilation comes before the first op of the compiled pass.
+            log.warning("XLA cannot compile the step, running it uncompiled: %s", str(err).strip().splitlines()[0])
+            self.uses_xla = False
+            self._build_step()
+            out = self.step(features, mems)
+        self._stepped = True
+        return out
 
     def initial_mems(self):
         if not self.cfg.run.mem_len:
@@ -347,13 +399,18 @@ class Trainer:
             return [list(layers) for layers in self.strategy.experimental_local_results(mems)]
         return [list(layers) for layers in zip(*(self.strategy.experimental_local_results(mem) for mem in mems))]
 
-    def _replica_loss_and_grads(self, features, mems):
-        """On one replica: its loss, the gradients averaged over all replicas, its next memories."""
+    def _model_forward_backward(self, features, mems):
+        """On one replica: its loss, its gradients, its next memories."""
         with tf.GradientTape() as tape:
             out = self.model.plm_loss(features, mems, training=True)
         grads = [tf.convert_to_tensor(g) for g in tape.gradient(out.total_loss, self.variables)]
-        grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, grads)
         return out.total_loss, grads, out.new_mems
+
+    def _replica_loss_and_grads(self, features, mems):
+        """On one replica: its loss, the gradients averaged over all replicas, its next memories."""
+        loss, grads, new_mems = self._forward_backward(features, mems)
+        grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, grads)
+        return loss, grads, new_mems
 
     def _replica_step(self, features, mems):
         loss, grads, new_mems = self._replica_loss_and_grads(features, mems)
@@ -593,6 +650,8 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
 def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.distribute.Strategy],
            permutation: Optional[PermutationFn], stop_after: Optional[int]) -> TrainResult:
     check_records(cfg)
+    # Full float32 matmuls on GPUs unless asked (TF32 keeps 10 bits of mantissa: ~1e-3 off the original).
+    tf.config.experimental.enable_tensor_float_32_execution(cfg.tf32)
     strategy = strategy or make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
     chief = strategy.extended.should_checkpoint  # multi-worker: only the chief writes
     _check_model_dir(cfg, chief)
@@ -600,8 +659,9 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.di
     step, resumed = _start(cfg, trainer)
     first_step = step
     _check_workers_start_alike(strategy, step, cfg.model_dir)
-    log.info("%d replica(s) of %d rows; %s parameters", strategy.num_replicas_in_sync, trainer.bsz_per_replica,
-             f"{sum(int(np.prod(v.shape)) for v in trainer.variables):,}")
+    log.info("%d replica(s) of %d rows; %s parameters; %s; XLA %s", strategy.num_replicas_in_sync,
+             trainer.bsz_per_replica, f"{sum(int(np.prod(v.shape)) for v in trainer.variables):,}",
+             "bfloat16" if cfg.run.use_bfloat16 else "float32", "on" if trainer.uses_xla else "off")
     sources, schedule, probs = _open_sources(cfg, trainer, step, permutation, resumed)
     writer = tf.summary.create_file_writer(cfg.model_dir) if chief else tf.summary.create_noop_writer()
 
@@ -619,7 +679,7 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.di
     while step < end and stop.signum is None:
         source = sources[schedule[step]]
         try:
-            loss, gnorm, lr, source.mems = trainer.step(next(source.batches), source.mems)
+            loss, gnorm, lr, source.mems = trainer.train_step(next(source.batches), source.mems)
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError):
             log.info("a read failed at step %d; locating the damaged record in %s", step, source.name)
             damage = find_damage(source.name, cfg)
