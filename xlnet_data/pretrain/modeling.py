@@ -359,15 +359,14 @@ class XLNet(tf.Module):
 
     def transformer(self, inp_k: tf.Tensor, seg_id: Optional[tf.Tensor] = None, mems: Optional[Sequence] = None,
                     perm_mask: Optional[tf.Tensor] = None, target_mapping: Optional[tf.Tensor] = None,
-                    inp_q: Optional[tf.Tensor] = None, input_mask: Optional[tf.Tensor] = None,
-                    training: bool = False):
+                    inp_q: Optional[tf.Tensor] = None, training: bool = False):
         """The original's transformer_xl, time-major.
 
         inp_k [len, bsz] int; seg_id [len, bsz]; mems per layer [mlen, bsz, d_model];
         perm_mask [len, len, bsz] (1: i may not attend to j); target_mapping
         [num_predict, len, bsz] (rows one-hot, or zero for padding, as the input
         pipeline makes them); inp_q [len, bsz] (1: predicted; enables the
-        query stream); input_mask [len, bsz] (1: padding).
+        query stream). Pretraining has no padding, so the original's input_mask is not taken.
         Returns (output, new_mems): the query stream's output ([num_predict or
         len, bsz, d_model]) when inp_q is given, else the content stream's.
         """
@@ -388,9 +387,6 @@ class XLNet(tf.Module):
         data_mask = None
         if perm_mask is not None:
             data_mask = tf.cast(perm_mask, dtype)
-        if input_mask is not None:
-            input_mask = tf.cast(input_mask, dtype)[None]
-            data_mask = input_mask if data_mask is None else input_mask + data_mask
         if data_mask is not None:
             # Memories can always be attended to.
             data_mask = tf.concat([tf.zeros([tf.shape(data_mask)[0], mlen, bsz], dtype=dtype), data_mask], 1)
