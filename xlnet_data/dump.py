@@ -126,7 +126,7 @@ def _main(argv):
         return cli.fail("dump", error)
     except OSError as error:  # e.g. an unwritable --plot path, an unreadable folder
         out.flush()
-        return cli.fail("dump", f"{error.filename}: {error.strerror}" if error.filename else error)
+        return cli.fail("dump", cli.os_error_line(error))
 
 
 def _dump(paths, FLAGS, out, err):

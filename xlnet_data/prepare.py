@@ -55,7 +55,7 @@ def main(argv):
     except PrepareError as err:
         return cli.fail("prepare", err)
     except OSError as err:
-        return cli.fail("prepare", f"{err.filename or ''}: {err.strerror or err}")
+        return cli.fail("prepare", cli.os_error_line(err))
     shards = len(summary.shards)
     empty_shards = f" ({summary.empty_shards} of them empty)" if summary.empty_shards else ""
     print(f"done: {summary.documents} documents, {summary.paragraphs} paragraphs, {summary.sentences} sentences, "
