@@ -5,7 +5,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import sys
 import threading
 
 from xlnet_data.common.progress import Progress
@@ -37,9 +36,31 @@ def _init_worker(counters):
     logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(message)s")
 
 
+class _WorkerStopped(BaseException):
+    """SIGTERM in a worker while it runs a job: unwinds the job, so that its temporary file is removed."""
+
+
+_in_job = False  # whether this worker is running a job (else a SIGTERM has nothing to clean up)
+
+
 def _exit_on_sigterm(signum, frame):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent's terminate() may send another while we clean up
-    sys.exit(128 + signum)  # unwinds the unit: its temporary file is removed (fileio.atomic_write)
+    if _in_job:
+        raise _WorkerStopped  # unwinds the job: its temporary file is removed (fileio.atomic_write)
+    os._exit(128 + signum)
+
+
+def _as_job(run, job):
+    """Runs one job; after a SIGTERM has unwound it, the process ends at once. os._exit, not sys.exit: an
+    exiting worker would wait for the pool's queue threads, which a terminating parent no longer serves."""
+    global _in_job
+    _in_job = True
+    try:
+        return run(*job)
+    except _WorkerStopped:
+        os._exit(128 + signal.SIGTERM)
+    finally:
+        _in_job = False
 
 
 def _stop_with_parent(parent_pid):
@@ -50,7 +71,7 @@ def _stop_with_parent(parent_pid):
     except (OSError, AttributeError):
         return
     if os.getppid() != parent_pid:  # the parent ended before prctl: the signal will never come
-        sys.exit(128 + signal.SIGTERM)
+        os._exit(128 + signal.SIGTERM)
 
 
 def _init_worker_process(parent_pid, counters):
@@ -100,11 +121,11 @@ def _run_unit(config, unit, key):
 
 
 def _encode_task_job(job):
-    return _encode_task(*job)
+    return _as_job(_encode_task, job)
 
 
 def _run_unit_job(job):
-    return _run_unit(*job)
+    return _as_job(_run_unit, job)
 
 
 def run_local(config: CreateConfig, plan: Plan, num_workers=None):
