@@ -54,12 +54,18 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
         plan = make_plan(config, overwrite)  # again: another run may have ended meanwhile
         run_lock.remove_stale_temporaries(config.save_dir)
         prepare_save_dir(config, plan)
-        if beam_args is not None:
-            from xlnet_data.datagen.beam_runner import run_beam
-            results = run_beam(config, plan, beam_args)
-        else:
-            from xlnet_data.datagen.local_runner import run_local
-            results = run_local(config, plan, num_workers=num_workers)
+        try:
+            if beam_args is not None:
+                from xlnet_data.datagen.beam_runner import run_beam
+                results = run_beam(config, plan, beam_args)
+            else:
+                from xlnet_data.datagen.local_runner import run_local
+                results = run_local(config, plan, num_workers=num_workers)
+        except BaseException:
+            # The workers are gone (a signal, a failed unit): under the lock every temporary file of a
+            # save_dir output is this run's, even one whose worker died before it could remove it.
+            run_lock.remove_stale_temporaries(config.save_dir)
+            raise
         if not keep_cache:  # each task's encoded files, read by all its passes (see token_cache)
             token_cache.remove(config)
     return CreateSummary(tuple(results))
