@@ -74,12 +74,8 @@ def random_flags(rng):
     return flags
 
 
-@pytest.mark.parametrize("seed", range(int(os.environ.get("DIFFERENTIAL_CASES", "6"))))
-def test_random_corpus_and_flags_match_the_original(seed, tmp_path):
-    rng = random.Random(seed)
-    flags = random_flags(rng)
-    random_corpus(rng, tmp_path / "input", flags["from_raw_text"])
-    args = [f"--{k}={v}" for k, v in flags.items()] + [f"--input_glob={tmp_path}/input/*.txt", f"--sp_path={XLNET_SPM}"]
+def run_both(args, tmp_path):
+    """The original (run_original.py) into tmp_path/original and create into tmp_path/ours, same flags."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     original = subprocess.run([sys.executable, str(SHARED / "tools" / "run_original.py"), *args,
                                f"--save_dir={tmp_path}/original"], env=env, capture_output=True, text=True,
@@ -87,6 +83,15 @@ def test_random_corpus_and_flags_match_the_original(seed, tmp_path):
     assert original.returncode == 0, original.stderr[-2000:]
     ours = run_module("xlnet_data.create", *args, f"--save_dir={tmp_path}/ours", "--num_workers=1")
     assert ours.returncode == 0, ours.stderr
+
+
+@pytest.mark.parametrize("seed", range(int(os.environ.get("DIFFERENTIAL_CASES", "6"))))
+def test_random_corpus_and_flags_match_the_original(seed, tmp_path):
+    rng = random.Random(seed)
+    flags = random_flags(rng)
+    random_corpus(rng, tmp_path / "input", flags["from_raw_text"])
+    args = [f"--{k}={v}" for k, v in flags.items()] + [f"--input_glob={tmp_path}/input/*.txt", f"--sp_path={XLNET_SPM}"]
+    run_both(args, tmp_path)
     infos = record_infos(tmp_path / "original")
     if all(num_batch == 0 for num_batch, _ in infos.values()):
         # The original leaves an empty file behind; we write nothing for a corpus too small for a batch.
@@ -106,12 +111,6 @@ def test_long_lines_without_sentence_boundaries_match_the_original(seed, tmp_pat
     args = [f"--input_glob={tmp_path}/input/*.txt", f"--sp_path={XLNET_SPM}", "--seq_len=64", "--reuse_len=32",
             "--bsz_per_host=4", "--num_core_per_host=1", "--use_tpu=False", "--num_predict=10",
             f"--bi_data={seed != 1}", f"--pass_id={seed}"]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    original = subprocess.run([sys.executable, str(SHARED / "tools" / "run_original.py"), *args,
-                               f"--save_dir={tmp_path}/original"], env=env, capture_output=True, text=True,
-                              timeout=600)
-    assert original.returncode == 0, original.stderr[-2000:]
-    ours = run_module("xlnet_data.create", *args, f"--save_dir={tmp_path}/ours", "--num_workers=1")
-    assert ours.returncode == 0, ours.stderr
+    run_both(args, tmp_path)
     assert sum(n for n, _ in record_infos(tmp_path / "original").values()) > 0
     assert_same_records(tmp_path / "original", tmp_path / "ours")
