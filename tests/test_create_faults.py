@@ -5,6 +5,7 @@ where the run can be repeated, that the re-run's records equal an uninterrupted 
 """
 
 import bz2
+import contextlib
 import gzip
 import lzma
 import os
@@ -96,6 +97,18 @@ def wait_for_temporary(save_dir, process, timeout=120):
     raise AssertionError("create never started writing a unit")
 
 
+def writing_worker(process, timeout=120):
+    """The pid of a worker of `process` that has a temporary file open (it is writing a unit)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and process.poll() is None:
+        for pid in children(process.pid):
+            with contextlib.suppress(OSError):
+                if any(".tmp-" in os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")):
+                    return pid
+        time.sleep(0.01)
+    raise AssertionError("no worker of create was seen writing a unit")
+
+
 @pytest.fixture(scope="module")
 def whole_run(big_corpus, sample_spm, tmp_path_factory):
     """An uninterrupted run on big_corpus: what every interrupted-then-repeated run must equal."""
@@ -153,11 +166,6 @@ def test_temporaries_that_are_not_a_save_dir_output_are_left_alone(tmp_path, sam
 
 # ---- signals ----
 
-# Known race (issue 14's note): now and then a pool worker that took the SIGTERM hangs in a futex wait at
-# exit and create waits for it; the fresh-clone suite met it in 2 of these 4 cases, a loop here in about
-# 1 of 8. Until it is fixed a hang is an expected failure, cut short at 60 s with the process group killed.
-@pytest.mark.xfail(strict=False, raises=subprocess.TimeoutExpired,
-                   reason="known race: a pool worker can hang at exit after SIGTERM (issue 14)")
 @pytest.mark.parametrize("signum, whom", [(signal.SIGINT, "group"), (signal.SIGTERM, "main"),
                                           (signal.SIGTERM, "group"), (signal.SIGINT, "main")])
 def test_a_signal_stops_create_with_one_line_and_its_workers_and_a_rerun_finishes_it(tmp_path, big_corpus,
@@ -174,9 +182,9 @@ def test_a_signal_stops_create_with_one_line_and_its_workers_and_a_rerun_finishe
         process.send_signal(signum)
     try:
         stderr = process.communicate(timeout=60)[1]
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)  # no stray processes after the hang
-        raise
+    finally:
+        if process.returncode is None:  # a hang: no stray processes after it
+            os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 128 + signum
     assert "Traceback" not in stderr and "Error" not in stderr, stderr
     name = signal.Signals(signum).name
@@ -208,6 +216,30 @@ def test_sigkill_to_create_alone_takes_its_workers_with_it(tmp_path, big_corpus,
         time.sleep(0.05)
     assert not [pid for pid in workers if alive(pid)], "the workers stop when their parent dies"
     assert temporaries(save_dir) == [], "the workers' SIGTERM (PR_SET_PDEATHSIG) removes their temporary files"
+    rerun = run_module("xlnet_data.create", *args)
+    assert rerun.returncode == 0, rerun.stderr
+    assert_same_records(whole_run, save_dir)
+
+
+def test_a_worker_killed_mid_run_stops_create_with_one_line_and_a_rerun_finishes_it(tmp_path, big_corpus, sample_spm,
+                                                                                    whole_run):
+    save_dir = tmp_path / "out"
+    args = create_args(sample_spm, big_corpus / "*.txt", save_dir, "--num_passes=3", "--num_workers=2")
+    process = start_create(args)
+    victim = writing_worker(process)
+    os.kill(victim, signal.SIGSTOP)  # frozen mid-unit: it cannot finish before the kill
+    os.kill(victim, signal.SIGKILL)  # as the OOM killer would
+    try:
+        stderr = process.communicate(timeout=60)[1]
+    finally:
+        if process.returncode is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 2, stderr
+    assert error_lines(stderr) == [f"create: error: a worker process (pid {victim}) was killed by SIGKILL in the middle "
+                                   "of its work (out of memory? see `dmesg`); complete units are kept: run the same "
+                                   "command again to do the rest"]
+    assert "Traceback" not in stderr
+    assert temporaries(save_dir) == [], "the run removes the dead worker's temporary file"
     rerun = run_module("xlnet_data.create", *args)
     assert rerun.returncode == 0, rerun.stderr
     assert_same_records(whole_run, save_dir)

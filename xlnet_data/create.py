@@ -18,6 +18,7 @@ from xlnet_data.datagen import beam_runner
 from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, ConfigError, CreateConfig
 from xlnet_data.datagen.corpus import InputError
 from xlnet_data.datagen.job import create_records
+from xlnet_data.datagen.local_runner import WorkerDied
 from xlnet_data.datagen.plan import CreateError
 from xlnet_data.datagen.token_cache import TokenCacheError
 
@@ -84,7 +85,7 @@ def main(argv):
                            "run the same command again to do the rest")
         return stop.exit_status
     except (ConfigError, CreateError, InputError, VocabError, run_lock.SaveDirBusy,
-            TokenCacheError) as err:
+            TokenCacheError, WorkerDied) as err:
         return cli.fail("create", err)
     except OSError as err:
         return cli.fail("create", cli.os_error_line(err))

@@ -115,11 +115,12 @@ def atomic_write(path):
     file (disk full on a write or on close) is raised naming `path`.
     """
     tmp = temp_path_for(path)
+    _temporaries_in_progress.add(tmp)
     try:
-        f = _gfile().GFile(tmp, "wb") if is_remote(path) else open(tmp, "wb")
-    except OSError as err:
-        raise OSError(err.errno, err.strerror, str(path)) from None
-    try:
+        try:
+            f = _gfile().GFile(tmp, "wb") if is_remote(path) else open(tmp, "wb")
+        except OSError as err:
+            raise OSError(err.errno, err.strerror, str(path)) from None
         with f:
             yield f
         if is_remote(path):
@@ -132,6 +133,20 @@ def atomic_write(path):
         if isinstance(err, OSError):
             raise naming(err, path) from None
         raise
+    finally:
+        _temporaries_in_progress.discard(tmp)
+
+
+_temporaries_in_progress = set()  # this process's atomic_write temporaries, for remove_temporaries_in_progress
+
+
+def remove_temporaries_in_progress():
+    """Deletes the temporary files of this process's unfinished atomic_writes (local ones): for a process that
+    is about to end at once, from a signal handler, without unwinding its blocks."""
+    for tmp in list(_temporaries_in_progress):
+        if not is_remote(tmp):
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def write_array(f, array):

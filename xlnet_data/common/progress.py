@@ -19,11 +19,12 @@ def format_duration(seconds):
 class Progress:
     """Renders counters (lines, tokens, records, input bytes done) against a known total of input bytes."""
 
-    def __init__(self, total_bytes, stream=sys.stderr, log_every=30.0):
+    def __init__(self, total_bytes, stream=sys.stderr, log_every=30.0, redraw_every=0.25):
         self.total_bytes = max(1, total_bytes)
         self.stream = stream
         self.live = stream.isatty()
         self.log_every = log_every
+        self.redraw_every = redraw_every
         self.start = self._last = time.time()
 
     def line(self, lines, tokens, records, bytes_done, units_done, units):
@@ -38,8 +39,10 @@ class Progress:
     def update(self, *counters):
         now = time.time()
         if self.live:
-            self.stream.write("\r\033[K" + self.line(*counters))
-            self.stream.flush()
+            if now - self._last >= self.redraw_every:
+                self.stream.write("\r\033[K" + self.line(*counters))
+                self.stream.flush()
+                self._last = now
         elif now - self._last >= self.log_every:
             self.stream.write(self.line(*counters) + "\n")
             self.stream.flush()

@@ -95,15 +95,15 @@ def hold(folder, program="create"):
 
 def remove_stale_temporaries(folder):
     """Removes the temporary files (fileio.temp_path_for names) of save_dir outputs that an interrupted
-    run left in `folder` and `folder/tfrecords`; returns how many. Call it holding the lock: then no
-    other run is writing, so each such file is a dead run's. Other files are left alone."""
+    run left in `folder`, `folder/tfrecords` and `folder/token_cache`; returns how many. Call it holding
+    the lock: then no other run is writing, so each such file is a dead run's. Other files are left alone."""
     removed = 0
-    for directory in (folder, os.path.join(folder, save_dir.TFRECORDS)):
+    for directory in (folder, os.path.join(folder, save_dir.TFRECORDS), os.path.join(folder, save_dir.TOKEN_CACHE)):
         if fileio.is_remote(directory) or not os.path.isdir(directory):
             continue
         for name in os.listdir(directory):
             match = _TEMP_NAME.fullmatch(name)
-            if match and (match["final"] == save_dir.CORPUS_INFO or save_dir.parse_name(match["final"])):
+            if match and save_dir.is_create_output(match["final"]):
                 os.remove(os.path.join(directory, name))
                 removed += 1
     if removed:

@@ -145,6 +145,15 @@ def remove_token_caches(save_dir: str, tasks) -> None:
         os.rmdir(folder)
 
 
+_TOKEN_CACHE_NAME = re.compile(r"tokens-\d+\.[0-9a-f]+\.(bin|json)")
+
+
+def is_create_output(name: str) -> bool:
+    """Whether a file name is one that create writes in a save_dir: corpus_info.json, a unit's records or
+    record_info, a token cache file."""
+    return name == CORPUS_INFO or bool(parse_name(name)) or bool(_TOKEN_CACHE_NAME.fullmatch(name))
+
+
 def corpus_info_path(save_dir: str) -> str:
     return os.path.join(save_dir, CORPUS_INFO)
 

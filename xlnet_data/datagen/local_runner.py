@@ -1,20 +1,29 @@
-"""The local runner: a plan's encode stage and units in parallel worker processes, with one progress line for all."""
+"""The local runner: a plan's encode stage and units in parallel worker processes, with one progress line for all.
+
+The workers are processes this runner starts, feeds and stops itself, each over a pipe of its own. Nothing
+is shared between them and no lock is held across processes: a worker that ends at any instant (a signal,
+the OOM killer) cannot leave the others or the parent waiting on a lock it held, as a worker of
+multiprocessing.Pool could.
+"""
 
 import ctypes
 import logging
 import multiprocessing
 import os
 import signal
-import threading
+import time
+from multiprocessing.connection import wait
 
+from xlnet_data.common import fileio
 from xlnet_data.common.progress import Progress
 from xlnet_data.common.vocab import load_sentencepiece
 from xlnet_data.datagen import token_cache, units
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import Plan
 
-_counters = None  # shared by the workers: [lines, tokens, records, bytes read]
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_STOP_GRACE_SECONDS = 10  # after SIGTERM, how long a worker may take to remove its temporary file before SIGKILL
+_report = None  # where a job's counts go: (lines, tokens, records, bytes read) -> None
 
 
 def release_freed_memory_promptly():
@@ -29,43 +38,35 @@ def release_freed_memory_promptly():
         pass
 
 
-def _init_worker(counters):
-    global _counters
-    _counters = counters
+def _init_process():
     release_freed_memory_promptly()
     logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(message)s")
 
 
-class _WorkerStopped(BaseException):
-    """SIGTERM in a worker while it runs a job: unwinds the job, so that its temporary file is removed."""
+def _encode_task(config, task, files, key, encode_threads):
+    sp = load_sentencepiece(config.sp_path)
+    return token_cache.encode_task(config, task, files, key, sp, encode_threads=encode_threads,
+                                   on_progress=lambda lines, tokens, nbytes: _report(lines, tokens, 0, nbytes))
 
 
-_in_job = False  # whether this worker is running a job (else a SIGTERM has nothing to clean up)
+def _run_unit(config, unit, key):
+    sp = load_sentencepiece(config.sp_path)
+    return units.run_unit(config, unit, key, sp, on_records=lambda records: _report(0, 0, records, 0))
 
+
+# ---- a worker process ----
 
 def _exit_on_sigterm(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent's terminate() may send another while we clean up
-    if _in_job:
-        raise _WorkerStopped  # unwinds the job: its temporary file is removed (fileio.atomic_write)
+    """Ends the worker at once, its temporary files removed. Not by raising an exception to unwind the job: one
+    raised while the job is in a C callback (numba's compiled-code cache) would be printed and ignored."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent may send another meanwhile
+    fileio.remove_temporaries_in_progress()
     os._exit(128 + signum)
-
-
-def _as_job(run, job):
-    """Runs one job; after a SIGTERM has unwound it, the process ends at once. os._exit, not sys.exit: an
-    exiting worker would wait for the pool's queue threads, which a terminating parent no longer serves."""
-    global _in_job
-    _in_job = True
-    try:
-        return run(*job)
-    except _WorkerStopped:
-        os._exit(128 + signal.SIGTERM)
-    finally:
-        _in_job = False
 
 
 def _stop_with_parent(parent_pid):
     """SIGTERM when the parent process ends, however it ends (Linux; elsewhere the parent's own
-    SIGINT/SIGTERM handling stops the pool, but a SIGKILLed parent leaves the workers running)."""
+    SIGINT/SIGTERM handling stops the workers, but a SIGKILLed parent leaves them running)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -74,101 +75,162 @@ def _stop_with_parent(parent_pid):
         os._exit(128 + signal.SIGTERM)
 
 
-def _init_worker_process(parent_pid, counters):
-    """A worker process stops with its parent: Ctrl-C (SIGINT to the whole process group) is left to the
-    parent, which terminates the pool (SIGTERM); SIGTERM unwinds the current unit and exits quietly.
-    The signals were blocked since the process started (see _start_pool); one that came meanwhile is
-    handled when they are unblocked here."""
+def _worker_main(conn, parent_pid):
+    """A worker: runs the jobs `(function, args)` that come over `conn` and sends back `("done", result)` or
+    `("failed", exception)`, with `("counts", ...)` messages meanwhile; ends at None or when the pipe closes.
+
+    Ctrl-C (SIGINT to the whole process group) is left to the parent, which stops the workers with SIGTERM;
+    SIGTERM ends the process, its temporary files removed. The signals were blocked since the process started
+    (see _Workers.start); one that came meanwhile is handled when they are unblocked here.
+    """
+    global _report
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     _stop_with_parent(parent_pid)
-    _init_worker(counters)
+    _init_process()
+    _report = lambda *counts: conn.send(("counts", counts))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            job = None
+        if job is None:
+            os._exit(0)  # nothing to flush: every output was written and closed by its job
+        function, args = job
+        try:
+            reply = ("done", function(*args))
+        except Exception as err:  # the parent raises it
+            reply = ("failed", err)
+        try:
+            conn.send(reply)
+        except Exception:  # an exception that does not pickle: its text, then
+            conn.send(("failed", RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
 
 
-def _start_pool(context, num_workers, counters):
-    """A pool of worker processes, started with SIGINT and SIGTERM blocked (the workers inherit the mask
-    and unblock them once their handlers are set: no signal can interrupt their start-up)."""
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    try:
-        return context.Pool(num_workers, initializer=_init_worker_process,
-                            initargs=(os.getpid(), counters))
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+class WorkerDied(RuntimeError):
+    """A worker process ended in the middle of a job without a reply (killed, out of memory)."""
+
+    def __init__(self, process):
+        process.join(1)  # its exit status, which comes a moment after its pipe closes
+        code = process.exitcode
+        how = f"was killed by {signal.Signals(-code).name}" if code and code < 0 else f"ended with status {code}"
+        super().__init__(f"a worker process (pid {process.pid}) {how} in the middle of its work (out of memory? "
+                         "see `dmesg`); complete units are kept: run the same command again to do the rest")
 
 
-def _count_input(lines, tokens, nbytes):
-    with _counters.get_lock():
-        _counters[0] += lines
-        _counters[1] += tokens
-        _counters[3] += nbytes
+class _Workers:
+    """`num_workers` worker processes; `run(jobs)` shares jobs out, `stop()` ends them whatever they are doing."""
 
+    def __init__(self, num_workers, on_counts):
+        self.on_counts = on_counts
+        context = multiprocessing.get_context("spawn")  # no fork: the parent may hold threads
+        # Started with SIGINT and SIGTERM blocked: the workers inherit the mask and unblock the signals once
+        # their handlers are set, so no signal can interrupt their start-up.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        self.workers = []
+        try:
+            for _ in range(num_workers):
+                parent_end, worker_end = context.Pipe()
+                process = context.Process(target=_worker_main, args=(worker_end, os.getpid()), daemon=True)
+                process.start()
+                worker_end.close()
+                self.workers.append((process, parent_end))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
-def _count_records(records):
-    with _counters.get_lock():
-        _counters[2] += records
+    def run(self, function, jobs, on_done, poll_seconds=0.5):
+        """Runs function(*job) for every job on the workers, calling on_done(result) as each finishes (in any
+        order) and on_counts() at least every `poll_seconds`; raises the first job's exception."""
+        todo = list(reversed(jobs))
+        idle = [conn for _, conn in self.workers]
+        busy = {}  # conn -> its process
+        processes = dict((conn, process) for process, conn in self.workers)
+        while todo or busy:
+            while idle and todo:
+                conn = idle.pop()
+                conn.send((function, todo.pop()))
+                busy[conn] = processes[conn]
+            sentinels = {process.sentinel: conn for conn, process in busy.items()}
+            for ready in wait([*busy, *sentinels], timeout=poll_seconds):
+                conn = sentinels.get(ready, ready)
+                if conn not in busy:
+                    continue  # its reply was read in this round already
+                try:
+                    kind, value = conn.recv()
+                except EOFError:
+                    raise WorkerDied(busy[conn]) from None
+                if kind == "counts":
+                    self.on_counts(*value)
+                    continue
+                del busy[conn]
+                idle.append(conn)
+                if kind == "failed":
+                    raise value
+                on_done(value)
+            self.on_counts()
 
-
-def _encode_task(config, task, files, key, encode_threads):
-    sp = load_sentencepiece(config.sp_path)
-    return token_cache.encode_task(config, task, files, key, sp, on_progress=_count_input,
-                                   encode_threads=encode_threads)
-
-
-def _run_unit(config, unit, key):
-    sp = load_sentencepiece(config.sp_path)
-    return units.run_unit(config, unit, key, sp, on_records=_count_records)
-
-
-def _encode_task_job(job):
-    return _as_job(_encode_task, job)
-
-
-def _run_unit_job(job):
-    return _as_job(_run_unit, job)
+    def stop(self, graceful):
+        """Ends the workers: with a None each when `graceful`, else SIGTERM (each removes its temporary files
+        and ends), then SIGKILL for any still there after _STOP_GRACE_SECONDS."""
+        for process, conn in self.workers:
+            if graceful:
+                try:
+                    conn.send(None)
+                except OSError:
+                    pass
+            elif process.exitcode is None:
+                process.terminate()
+        deadline = time.monotonic() + _STOP_GRACE_SECONDS
+        for process, conn in self.workers:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+            conn.close()
 
 
 def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     """Runs the plan, `num_workers` processes at a time (default: the CPU count): first the encode stage (each
     task with units to run, SentencePiece's threads sharing out the cores), then the (task, pass) units.
     Returns their UnitResults."""
+    global _report
     todo = plan.units
     if not todo:
         return []
-    context = multiprocessing.get_context("spawn")  # no fork: the parent may hold threads
-    counters = context.Array("q", 4)
-    progress = Progress(plan.input_bytes)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     num_workers = min(len(todo), num_workers or cores)
     encode_jobs = plan.encode_jobs()
     encode_threads = max(1, cores // max(1, min(num_workers, len(encode_jobs))))
     encode_jobs = [(config, task, files, key, encode_threads) for task, files, key in encode_jobs]
     unit_jobs = [(config, unit, plan.token_caches[unit.task]) for unit, _ in todo]
+    progress = Progress(plan.input_bytes)
+    counts = [0, 0, 0, 0]  # lines, tokens, records, bytes read
     done = []
-    stop = threading.Event()
 
-    def report():
-        while not stop.wait(0.5):
-            progress.update(counters[0], counters[1], counters[2], counters[3], len(done), len(todo))
+    def on_counts(*more):
+        for i, n in enumerate(more):
+            counts[i] += n
+        progress.update(*counts, len(done), len(todo))
 
-    # The pool starts before any thread of ours: its workers and threads begin with the signals blocked.
-    pool = _start_pool(context, num_workers, counters) if num_workers > 1 else None
-    reporter = threading.Thread(target=report, daemon=True)
-    reporter.start()
     try:
-        if pool is None:
-            _init_worker(counters)
+        if num_workers == 1:
+            _init_process()
+            _report = on_counts
             for job in encode_jobs:
-                _encode_task_job(job)
+                _encode_task(*job)
             for job in unit_jobs:
-                done.append(_run_unit_job(job))
+                done.append(_run_unit(*job))
         else:
-            with pool:  # a signal to this process (see stopping.py) leaves the `with`, which terminates the pool
-                pool.map(_encode_task_job, encode_jobs, chunksize=1)
-                for result in pool.imap_unordered(_run_unit_job, unit_jobs):
-                    done.append(result)  # as each finishes, so that the progress line counts units
+            workers = _Workers(num_workers, on_counts)
+            try:
+                workers.run(_encode_task, encode_jobs, on_done=lambda result: None)
+                workers.run(_run_unit, unit_jobs, on_done=done.append)
+            except BaseException:  # a signal (see stopping.py), a failed job: stop the others now
+                workers.stop(graceful=False)
+                raise
+            workers.stop(graceful=True)
     finally:
-        stop.set()
-        reporter.join()
+        _report = None
         progress.close()
     return sorted(done, key=lambda result: (result.unit.task, result.unit.pass_id))
