@@ -236,7 +236,7 @@ def test_a_worker_killed_mid_run_stops_create_with_one_line_and_a_rerun_finishes
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 2, stderr
     assert error_lines(stderr) == [f"create: error: a worker process (pid {victim}) was killed by SIGKILL in the middle "
-                                   "of its work (out of memory? see `dmesg`); complete units are kept: run the same "
+                                   "of its work (out of memory? see `dmesg`); what is complete is kept: run the same "
                                    "command again to do the rest"]
     assert "Traceback" not in stderr
     assert temporaries(save_dir) == [], "the run removes the dead worker's temporary file"

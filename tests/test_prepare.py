@@ -6,10 +6,14 @@ import gzip
 import json
 import lzma
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import read_save_dir, run_module
+from conftest import ROOT, read_save_dir, run_module
 
 pytest.importorskip("sentencex", reason="prepare's sentence splitter is absent: pip install -e '.[prepare]'")
 
@@ -159,7 +163,7 @@ def write_jsonl(path, docs):
 
 def test_shards_are_of_similar_size_and_independent_of_workers(tmp_path, monkeypatch):
     from xlnet_data.datagen.prepare import shards
-    monkeypatch.setattr(shards, "INDEX_CHUNK_ROWS", 7)  # the index in several chunks (workers are forked)
+    monkeypatch.setattr(shards, "INDEX_CHUNK_ROWS", 7)  # the index in several chunks (num_workers=1: in this process)
     docs = generated_documents(80)
     for i in range(4):
         write_jsonl(tmp_path / "in" / f"part{i}.jsonl", docs[i * 20:(i + 1) * 20])
@@ -322,3 +326,33 @@ def test_create_gives_the_same_records_as_from_the_hand_made_input(tmp_path, sam
         for mine, theirs in zip(examples, records["prepared"][name]):
             assert mine.keys() == theirs.keys()
             assert all((mine[k] == theirs[k]).all() for k in mine)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_prepare_with_one_line_and_leaves_no_temporary(tmp_path, signum):
+    docs = generated_documents(20000)
+    for i in range(4):
+        write_jsonl(tmp_path / "in" / f"part{i}.jsonl", docs[i * 5000:(i + 1) * 5000])
+    out = tmp_path / "out"
+    args = [f"--input_glob={tmp_path / 'in' / '*.jsonl'}", f"--output_dir={out}", "--num_workers=2"]
+    process = subprocess.Popen([sys.executable, "-m", "xlnet_data.prepare", *args], stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, PYTHONPATH=str(ROOT)), start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and process.poll() is None and not list(out.glob(".tmp-prepare-*/part-*")):
+        time.sleep(0.01)
+    assert process.poll() is None, "prepare ended before it could be stopped: " + process.stderr.read()
+    os.killpg(process.pid, signum)  # as Ctrl-C does (SIGINT), or `kill -- -PGID`
+    try:
+        stderr = process.communicate(timeout=60)[1]
+    finally:
+        if process.returncode is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 128 + signum
+    assert "Traceback" not in stderr, stderr
+    assert [line for line in stderr.splitlines() if "error" in line] == [
+        f"prepare: error: stopped by {signal.Signals(signum).name}; no shard is half-written, but the run is "
+        "incomplete: run the same command again with --overwrite"]
+    assert not out.exists() or os.listdir(out) == [], "a stopped first run leaves nothing behind"
+    rerun = run_module("xlnet_data.prepare", *args, "--overwrite")
+    assert rerun.returncode == 0, rerun.stderr
+    assert shards_text(out) == expected_text(docs)

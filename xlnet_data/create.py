@@ -14,11 +14,11 @@ from xlnet_data import cli
 from xlnet_data.common import run_lock
 from xlnet_data.common.stopping import Stopped, stop_on_signals
 from xlnet_data.common.vocab import VocabError
+from xlnet_data.common.workers import WorkerDied
 from xlnet_data.datagen import beam_runner
 from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, ConfigError, CreateConfig
 from xlnet_data.datagen.corpus import InputError
 from xlnet_data.datagen.job import create_records
-from xlnet_data.datagen.local_runner import WorkerDied
 from xlnet_data.datagen.plan import CreateError
 from xlnet_data.datagen.token_cache import TokenCacheError
 

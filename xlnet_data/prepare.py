@@ -18,6 +18,8 @@ import time
 from absl import flags
 
 from xlnet_data import cli
+from xlnet_data.common.stopping import Stopped, stop_on_signals
+from xlnet_data.common.workers import WorkerDied
 from xlnet_data.datagen.prepare import FORMATS, TEXT_LAYOUTS, PrepareConfig, PrepareError, prepare
 
 FLAGS = flags.FLAGS
@@ -48,11 +50,16 @@ def main(argv):
         return cli.fail("prepare", f"unexpected arguments: {' '.join(argv[1:])}")
     start = time.time()
     try:
-        config = cli.config_from_flags(PrepareConfig, input_glob=FLAGS.input_glob or "",
-                                       output_dir=FLAGS.output_dir or "",
-                                       num_workers=FLAGS.num_workers or os.cpu_count() or 1).validate()
-        summary = prepare(config)
-    except PrepareError as err:
+        with stop_on_signals():
+            config = cli.config_from_flags(PrepareConfig, input_glob=FLAGS.input_glob or "",
+                                           output_dir=FLAGS.output_dir or "",
+                                           num_workers=FLAGS.num_workers or os.cpu_count() or 1).validate()
+            summary = prepare(config)
+    except Stopped as stop:
+        cli.fail("prepare", f"stopped by {stop.name}; no shard is half-written, but the run is incomplete: "
+                            "run the same command again with --overwrite")
+        return stop.exit_status
+    except (PrepareError, WorkerDied) as err:
         return cli.fail("prepare", err)
     except OSError as err:
         return cli.fail("prepare", cli.os_error_line(err))

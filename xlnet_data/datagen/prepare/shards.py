@@ -11,7 +11,6 @@ input stops the run before any shard is written.
 import contextlib
 import dataclasses
 import hashlib
-import multiprocessing
 import os
 import shutil
 import sys
@@ -20,7 +19,7 @@ import time
 
 import numpy as np
 
-from xlnet_data.common import fileio
+from xlnet_data.common import fileio, workers
 from xlnet_data.common.progress import Progress, format_count, format_duration
 from xlnet_data.datagen.prepare import readers
 from xlnet_data.datagen.prepare.config import PrepareError
@@ -77,20 +76,6 @@ class _PrepareProgress(Progress):
                 f"{100 * fraction:.0f}% | ETA {format_duration(eta)}")
 
 
-_bytes_read = None  # the workers' shared counter of input bytes read (for the progress line)
-
-
-def _init_worker(counter):
-    global _bytes_read
-    _bytes_read = counter
-
-
-def _add_bytes_read(n):
-    if n and _bytes_read is not None:
-        with _bytes_read.get_lock():
-            _bytes_read.value += n
-
-
 def _document_hash(text):
     digest = hashlib.blake2b(text, digest_size=16).digest()
     return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little")
@@ -116,9 +101,9 @@ def _prepare_file(job):
                 rows = []
             if documents % 256 == 0:
                 position = min(raw.tell(), size)
-                _add_bytes_read(position - reported)
+                workers.report(position - reported)
                 reported = position
-    _add_bytes_read(size - reported)
+    workers.report(size - reported)
     chunks.append(np.array(rows, dtype=INDEX_DTYPE))
     return FileResult(path, part, np.concatenate(chunks), documents, empty)
 
@@ -148,17 +133,25 @@ def _check_output_dir(config):
 
 def _run_workers(config, jobs, progress):
     """The FileResults of every job, in job order, made by `num_workers` processes; `progress` shows them."""
-    counter = multiprocessing.Value("q", 0)
-    results = []
-    workers = min(config.num_workers, len(jobs))
-    with multiprocessing.get_context("fork").Pool(workers, initializer=_init_worker, initargs=(counter,)) as pool:
-        pending = pool.imap(_prepare_file, jobs)
-        while len(results) < len(jobs):
-            try:
-                results.append(pending.next(timeout=0.5))
-            except multiprocessing.TimeoutError:
-                pass
-            progress.update(len(results), len(jobs), counter.value)
+    results = [None] * len(jobs)
+    bytes_read = 0
+
+    def on_done(index, result):
+        results[index] = result
+
+    def on_counts(nbytes=0):
+        nonlocal bytes_read
+        bytes_read += nbytes
+        progress.update(sum(r is not None for r in results), len(jobs), bytes_read)
+
+    num_workers = min(config.num_workers, len(jobs))
+    if num_workers == 1:
+        with workers.reporting_to(on_counts):
+            for index, job in enumerate(jobs):
+                on_done(index, _prepare_file(job))
+    else:
+        with workers.Workers(num_workers) as pool:
+            pool.run(_prepare_file, [(job,) for job in jobs], on_done=on_done, on_counts=on_counts)
     progress.close()
     return results
 
