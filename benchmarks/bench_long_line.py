@@ -5,12 +5,15 @@
 Each corpus is one file holding a line of `size` MB of words from sample_corpus (newlines turned into
 spaces: no sentence boundary anywhere in it) followed by a few ordinary lines; the yardstick is the
 same words, 20 to a line. `create` runs in a subprocess pinned to one core (taskset -c 0), the seed
-blog's flags, one worker; the figure is its wall time, median of --repeat runs, and seconds per MB.
+blog's flags, one worker; the figures are its wall time and its CPU time (user + system: on a shared
+machine the wall time of a pinned process counts its neighbours' time slices too), medians of --repeat
+runs, and CPU seconds per MB.
 --root runs another checkout's create (e.g. an older commit, unpacked with `git archive`), for the
 before/after comparison in BENCHMARKS.md.
 """
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,14 +43,14 @@ def main():
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
-    print(f"root {args.root}\n\n| MB | corpus | seconds | s/MB |\n|---|---|---|---|")
+    print(f"root {args.root}\n\n| MB | corpus | wall s | CPU s | CPU s/MB |\n|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for size, one_line in ((int(s), one) for s in args.sizes_mb.split(",") for one in (True, False)):
             corpus = Path(tmp) / f"{size}-{one_line}.txt"
             make_corpus(corpus, size, one_line)
-            times = []
+            times, cpu_times = [], []
             for i in range(args.repeat):
-                start = time.time()
+                start, children = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
                 try:
                     run = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "xlnet_data.create",
                                           f"--input_glob={corpus}", f"--sp_path={args.sp_path}",
@@ -56,13 +59,16 @@ def main():
                                          capture_output=True, text=True, timeout=args.timeout)
                 except subprocess.TimeoutExpired:
                     times.append(float("inf"))
+                    cpu_times.append(float("inf"))
                     continue
                 if run.returncode != 0:
                     sys.exit(run.stderr[-2000:])
                 times.append(time.time() - start)
-            seconds = statistics.median(times)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu_times.append(after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime)
+            seconds, cpu = statistics.median(times), statistics.median(cpu_times)
             kind = "one line" if one_line else "20 words a line"
-            print(f"| {size} | {kind} | {seconds:.1f} | {seconds / size:.2f} |", flush=True)
+            print(f"| {size} | {kind} | {seconds:.1f} | {cpu:.1f} | {cpu / size:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
