@@ -245,6 +245,21 @@ def test_a_worker_killed_mid_run_stops_create_with_one_line_and_a_rerun_finishes
     assert_same_records(whole_run, save_dir)
 
 
+def test_a_signal_stops_dump_with_one_line(whole_run):
+    process = subprocess.Popen([sys.executable, "-m", "xlnet_data.dump", str(whole_run)], env=ENV,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(3)  # past start-up: printing some 70,000 examples
+    assert process.poll() is None, "dump ended before the signal"
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        stderr = process.communicate(timeout=30)[1]
+    finally:
+        if process.returncode is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130
+    assert stderr.strip().splitlines()[-1:] == ["dump: error: stopped by SIGINT"] and "Traceback" not in stderr, stderr
+
+
 # ---- a full disk ----
 
 @pytest.fixture

@@ -2,8 +2,12 @@
 
 import glob
 import os
+import random
+import signal
+import string
 import subprocess
 import sys
+import time
 
 import pytest
 import sentencepiece as spm
@@ -156,3 +160,37 @@ def test_cli_help_explains_each_flag():
     for flag in ("input", "model_prefix", "vocab_size", "model_type", "character_coverage",
                  "input_sentence_size", "shuffle_input_sentence", "hard_vocab_limit", "num_threads"):
         assert f"--{flag}:" in result.stdout or f"--[no]{flag}:" in result.stdout, flag
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_training_at_once_with_one_line_and_leaves_nothing(tmp_path, signum):
+    rng = random.Random(0)
+    words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 12))) for _ in range(50000)]
+    corpus = tmp_path / "words.txt"  # many distinct words: seconds of training (in C++, which ignores signals)
+    corpus.write_text("".join(" ".join(rng.choice(words) for _ in range(12)) + "\n" for _ in range(20000)))
+    out = tmp_path / "spm"
+    env = dict(os.environ, PYTHONPATH=REPO)
+    process = subprocess.Popen([sys.executable, "-m", "xlnet_data.spm_train", f"--input={corpus}",
+                                f"--model_prefix={out / 'm'}", "--vocab_size=8000", "--num_threads=1"],
+                               cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and process.poll() is None and not _children(process.pid):
+        time.sleep(0.05)
+    time.sleep(1.0)  # training has begun in the worker
+    assert process.poll() is None, "training ended before the signal: " + process.stderr.read()
+    os.killpg(process.pid, signum)
+    signalled = time.time()
+    try:
+        stderr = process.communicate(timeout=60)[1]
+    finally:
+        if process.returncode is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert time.time() - signalled < 5, "the C++ training was left to finish"
+    assert process.returncode == 128 + signum
+    assert stderr.strip().splitlines() == [f"spm_train: error: stopped by {signal.Signals(signum).name}"]
+    assert os.listdir(out) == []  # no model, vocab or temporary file
+
+
+def _children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return f.read().split()

@@ -11,6 +11,8 @@ import sys
 
 from absl import app, flags
 
+from xlnet_data.common import stopping
+
 FLAGS = flags.FLAGS
 
 # The data flags that create writes and train_gpu reads: name → (type, help). Defined once here;
@@ -90,4 +92,13 @@ def run(main, program, doc, define_flags):
                 sys.exit(0)  # absl exits 1 after printing the help; asking for help is not an error
             raise
 
-    app.run(main, flags_parser=parse)
+    def main_until_stopped(argv):
+        # Commands that stop in their own way (a checkpoint, a summary of what is kept) catch Stopped first.
+        try:
+            with stopping.stop_on_signals():
+                return main(argv)
+        except stopping.Stopped as stop:
+            fail(program, f"stopped by {stop.name}")
+            return stop.exit_status
+
+    app.run(main_until_stopped, flags_parser=parse)

@@ -24,6 +24,7 @@ import time
 import sentencepiece as spm
 
 from xlnet_data import cli
+from xlnet_data.common.workers import WorkerDied
 from xlnet_data.datagen.tokenizer import SpmTrainConfig, SpmTrainError, expand_inputs, train_sentencepiece
 
 
@@ -87,7 +88,7 @@ def main(argv):
         config = cli.config_from_flags(SpmTrainConfig, input_files=expand_inputs(FLAGS.input or ""))
         path = train_sentencepiece(config)
         size = spm.SentencePieceProcessor(model_file=path).get_piece_size()
-    except SpmTrainError as err:
+    except (SpmTrainError, WorkerDied) as err:
         return cli.fail("spm_train", err)
     print(f"wrote {path} and {config.model_prefix}.vocab: {size} pieces from {len(config.input_files)} "
           f"file(s) in {time.time() - start:.1f} s; special ids 0-8 as XLNet expects")

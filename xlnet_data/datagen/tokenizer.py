@@ -12,10 +12,11 @@ import dataclasses
 import glob
 import os
 import re
+import signal
 
 import sentencepiece as spm
 
-from xlnet_data.common import fileio, vocab
+from xlnet_data.common import fileio, vocab, workers
 
 # The original README's spm_train symbols. Control symbols take ids 3..7 after
 # <unk>, <s>, </s>; user-defined ones follow, so <eop> gets 8.
@@ -160,33 +161,47 @@ def _write_failure(err, tmp_prefix, model_prefix):
     return f"{model_prefix}{begun[-1]}: {reason}"
 
 
+def _train(config, tmp_prefix):
+    try:
+        spm.SentencePieceTrainer.train(
+            input=list(config.input_files),
+            model_prefix=tmp_prefix,
+            vocab_size=config.vocab_size,
+            model_type=config.model_type,
+            character_coverage=config.character_coverage,
+            input_sentence_size=config.input_sentence_size,
+            shuffle_input_sentence=config.shuffle_input_sentence,
+            hard_vocab_limit=config.hard_vocab_limit,
+            num_threads=config.num_threads,
+            control_symbols=list(CONTROL_SYMBOLS),
+            user_defined_symbols=list(USER_DEFINED_SYMBOLS),
+            minloglevel=0 if config.verbose else 1,
+        )
+    except (RuntimeError, OSError) as err:
+        raise SpmTrainError(_write_failure(err, tmp_prefix, config.model_prefix) or _explain(err)) from None
+
+
+def _end_on_sigterm():
+    """A training worker ends at SIGTERM itself: its parent removes the temporary files, and a Python handler
+    would wait for SentencePiece's C++ training to return."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def train_sentencepiece(config):
     """Trains `<model_prefix>.model` and `.vocab` as `config` says, checks it; returns the .model path.
 
     SentencePiece writes both under a temporary prefix beside them, renamed when it is done: a failed
-    or interrupted training leaves neither a half-written model nor its temporary files.
+    or interrupted training leaves neither a half-written model nor its temporary files. It trains in a
+    worker process, so that a signal (stopping.stop_on_signals) stops it at once: the C++ training would
+    not let this process handle one until it is done.
     """
     _validate(config)
     _prepare_output_dir(config.model_prefix)
     tmp_prefix = fileio.temp_path_for(config.model_prefix)
     try:
-        try:
-            spm.SentencePieceTrainer.train(
-                input=list(config.input_files),
-                model_prefix=tmp_prefix,
-                vocab_size=config.vocab_size,
-                model_type=config.model_type,
-                character_coverage=config.character_coverage,
-                input_sentence_size=config.input_sentence_size,
-                shuffle_input_sentence=config.shuffle_input_sentence,
-                hard_vocab_limit=config.hard_vocab_limit,
-                num_threads=config.num_threads,
-                control_symbols=list(CONTROL_SYMBOLS),
-                user_defined_symbols=list(USER_DEFINED_SYMBOLS),
-                minloglevel=0 if config.verbose else 1,
-            )
-        except (RuntimeError, OSError) as err:
-            raise SpmTrainError(_write_failure(err, tmp_prefix, config.model_prefix) or _explain(err)) from None
+        with workers.Workers(1, initializer=_end_on_sigterm) as worker:
+            worker.run(_train, [(config, tmp_prefix)], on_done=lambda index, result: None,
+                       on_counts=lambda *counts: None)
         for suffix in OUTPUT_SUFFIXES:
             try:
                 os.replace(tmp_prefix + suffix, config.model_prefix + suffix)
