@@ -69,13 +69,15 @@ _crc32_u64 = _crc32_instruction(64, 64)  # eight bytes, a little-endian word
 _crc32_u8 = _crc32_instruction(32, 8)
 
 
-@numba.njit(cache=True)
-def _le_word(buf, i):
-    """The eight bytes at buf[i:] as a little-endian uint64 (byte loads: buf[i:] need not be aligned)."""
-    word = np.uint64(0)
-    for k in range(8):
-        word |= np.uint64(buf[i + k]) << np.uint64(8 * k)
-    return word
+@intrinsic
+def _load_u64_unaligned(typingctx, buf, i):
+    """The eight bytes at buf[i:] (a uint8 array; need not be aligned) as one native uint64 load, little-endian
+    on x86-64 (assembling them from eight byte loads and shifts took 3x the time of the crc32 instructions)."""
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        address = builder.gep(array.data, [args[1]])
+        return builder.load(builder.bitcast(address, ir.IntType(64).as_pointer()), align=1)
+    return types.uint64(buf, types.intp), codegen
 
 
 @numba.njit(cache=True)
@@ -84,7 +86,7 @@ def crc32c_hardware(buf, begin, end):
     crc = np.uint64(0xFFFFFFFF)
     i = begin
     while i + 8 <= end:
-        crc = _crc32_u64(crc, _le_word(buf, i))
+        crc = _crc32_u64(crc, _load_u64_unaligned(buf, i))
         i += 8
     small = np.uint32(crc)
     while i < end:
