@@ -1,6 +1,7 @@
 """The records' schema and file names; writing records, and reading them back without TensorFlow."""
 
 import functools
+import sys
 import zlib
 
 import numba
@@ -167,6 +168,9 @@ def _put_varint(buf, pos, v):
     return pos + 1
 
 
+LITTLE_ENDIAN = sys.byteorder == "little"  # _put_varints' 4-byte stores put the first varint byte first
+
+
 @intrinsic
 def _store_u32_unaligned(typingctx, buf, i, value):
     """Stores the uint32 `value` at buf[i:i + 4] (a uint8 array; need not be aligned) as one native store."""
@@ -191,7 +195,7 @@ def _put_varints(buf, pos, row, n, size, narrow):
         for k in range(n):
             buf[pos + k] = row[k]
         return pos + n
-    if not narrow:
+    if not (narrow and LITTLE_ENDIAN):
         for k in range(n):
             pos = _put_varint(buf, pos, row[k])
         return pos
