@@ -9,8 +9,8 @@ import numpy as np
 
 from xlnet_data.common.vocab import SPIECE_UNDERLINE
 
-# Whitespace that str.split() collapses, in ASCII, beyond the single space between words.
-_ASCII_EXTRA_SPACE = ("  ", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
+# Whitespace that str.split() collapses, in ASCII, beyond the single space between words (two spaces, checked apart).
+_ASCII_OTHER_SPACE = ("\t", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
 
 
 @functools.cache
@@ -31,13 +31,26 @@ def _nfkd_without_combining(text):
     return code_points[~_is_combining()[code_points]].tobytes().decode("utf-32-le")
 
 
+def _doubled(ascii_text):
+    """Counts, by character code, of the characters of an ASCII text that follow themselves. One vectorised
+    pass answers whether "  ", "``" or "''" occur: str searches for two-character strings run at about
+    1 GB/s, and the three of them took 24 ms per 7 MB block, this 6 ms."""
+    codes = np.frombuffer(ascii_text.encode("ascii"), dtype=np.uint8)
+    return np.bincount(codes[1:][codes[1:] == codes[:-1]], minlength=128)
+
+
 def _preprocess_ascii(lines, lower):
     """preprocess_texts of ASCII lines (blank ones allowed): NFKD and accent removal leave them as they are,
-    and whitespace collapsing is only needed when the block has ASCII whitespace to collapse."""
+    and whitespace collapsing and the quote replacements are only needed when the block has what they
+    replace (collapsing never makes or breaks a "``" or "''": the lines are stripped)."""
     text = "\n".join(lines)
-    if any(space in text for space in _ASCII_EXTRA_SPACE):
+    doubled = _doubled(text)
+    if doubled[ord(" ")] or any(space in text for space in _ASCII_OTHER_SPACE):
         text = "\n".join(_collapse_whitespace(lines))
-    text = text.replace("``", '"').replace("''", '"')
+    if doubled[ord("`")]:
+        text = text.replace("``", '"')
+    if doubled[ord("'")]:
+        text = text.replace("''", '"')
     return (text.lower() if lower else text).split("\n")
 
 
