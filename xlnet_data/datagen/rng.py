@@ -40,7 +40,7 @@ def _twist(mt):
     mt[_N] = 0
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def next_uint32(mt):
     if mt[_N] >= _N:
         _twist(mt)
@@ -53,7 +53,7 @@ def next_uint32(mt):
     return y & 0xFFFFFFFF
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def next_double(mt):
     """numpy's random_sample() and Python's random.random(): 53 bits from two words."""
     a = next_uint32(mt) >> 5
@@ -61,7 +61,7 @@ def next_double(mt):
     return (a * 67108864.0 + b) / 9007199254740992.0
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def numpy_randint(mt, n):
     """numpy legacy `randint(0, n)` (also `choice(n)`), 1 <= n <= 2**32: masked rejection, no draw for n == 1."""
     rng = n - 1
@@ -76,7 +76,7 @@ def numpy_randint(mt, n):
             return val
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _bit_length(n):
     k = 0
     while n:
@@ -85,7 +85,7 @@ def _bit_length(n):
     return k
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def python_randbelow(mt, n):
     """Python's `Random._randbelow(n)` for 1 <= n < 2**63: getrandbits(n.bit_length()) until below n."""
     k = _bit_length(n)
