@@ -49,7 +49,12 @@ def sample_mask(seg, mask, is_start, goal, mask_alpha, mask_beta, cdf, np_mt, wo
     while cur_len < seg_len:
         if num_predict >= goal:
             break
-        n = np.searchsorted(cdf, next_double(np_mt), side="right") + 1  # choice(ngrams, p=pvals)
+        # choice(ngrams, p=pvals), i.e. np.searchsorted(cdf, u, side="right") + 1 (cdf[-1] is 1.0 > u), by a
+        # scan of the five entries: numba's searchsorted of one value cost more than the rest of a span.
+        u = next_double(np_mt)
+        n = 1
+        while n < cdf.shape[0] and cdf[n - 1] <= u:
+            n += 1
         n = min(n, goal - num_predict)
         ctx_size = (n * mask_alpha) // mask_beta
         l_ctx = numpy_randint(np_mt, ctx_size)
@@ -84,7 +89,8 @@ def sample_mask(seg, mask, is_start, goal, mask_alpha, mask_beta, cdf, np_mt, wo
             if end >= seg_len:
                 break
 
-        mask[beg:end] = True
+        for k in range(beg, end):  # not mask[beg:end] = True: a slice assignment costs ~70 ns here
+            mask[k] = True
         num_predict += end - beg
         cur_len = end + r_ctx
 
