@@ -5,6 +5,7 @@ import ast
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import ROOT, SAMPLE_CORPUS
 
@@ -83,3 +84,22 @@ def test_readme_code_map_matches_the_tree():
             listed.add((folders[-1][1] if folders else "") + name)
     actual = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
     assert listed == actual, (sorted(actual - listed), sorted(listed - actual))
+
+
+def test_the_compiled_code_cache_is_keyed_on_every_compiled_source(tmp_path, monkeypatch):
+    """numba checks a cached function against its own file only; a change to a function it inlines from
+    another file (units._write_steps inlines records.put_record) must lead to another cache folder."""
+    import shutil
+
+    from xlnet_data.common import compiled
+    package = tmp_path / "xlnet_data"
+    for folder in ("common", "datagen"):
+        shutil.copytree(Path(compiled._PACKAGE) / folder, package / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(compiled, "_PACKAGE", str(package))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    before = compiled._cache_dir()
+    assert before.startswith(str(tmp_path / "cache"))
+    assert compiled._cache_dir() == before
+    with open(package / "common" / "records.py", "a") as f:
+        f.write("\n# a change\n")
+    assert compiled._cache_dir() != before

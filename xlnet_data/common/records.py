@@ -4,13 +4,12 @@ import functools
 import sys
 import zlib
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from xlnet_data.common import fileio
+from xlnet_data.common import compiled, fileio
 
 # Feature names and order as the original writes them; all int64 lists.
 FEATURES = ("input", "is_masked", "target", "seg_id", "label")
@@ -81,7 +80,7 @@ def _load_u64_unaligned(typingctx, buf, i):
     return types.uint64(buf, types.intp), codegen
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.jit(inline="always")
 def crc32c_hardware(buf, begin, end):
     """CRC-32C of buf[begin:end] with the crc32 instruction, eight bytes at a time (x86-64 with SSE 4.2)."""
     crc = np.uint64(0xFFFFFFFF)
@@ -96,7 +95,7 @@ def crc32c_hardware(buf, begin, end):
     return small ^ np.uint32(0xFFFFFFFF)
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.jit(inline="always")
 def crc32c_sliced(buf, begin, end):
     """CRC-32C of buf[begin:end] by slicing-by-8 (any CPU): eight table lookups per eight bytes."""
     t = CRC32C_TABLES
@@ -118,7 +117,7 @@ def crc32c_sliced(buf, begin, end):
 _crc32c = crc32c_hardware if HARDWARE_CRC32C else crc32c_sliced
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.jit(inline="always")
 def masked_crc32c(buf, begin, end):
     """TFRecord's checksum of buf[begin:end]: CRC-32C, rotated right by 15 bits, plus a constant."""
     crc = _crc32c(buf, begin, end)
@@ -126,14 +125,14 @@ def masked_crc32c(buf, begin, end):
     return (np.uint64(rotated) + np.uint64(0xA282EAD8)) & np.uint64(0xFFFFFFFF)
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.jit(inline="always")
 def _varint_size(v):
     """Bytes of the varint of a non-negative int64, without a loop (the sizes of all values are summed first)."""
     return (1 + (v >= 1 << 7) + (v >= 1 << 14) + (v >= 1 << 21) + (v >= 1 << 28) + (v >= 1 << 35) + (v >= 1 << 42)
             + (v >= 1 << 49) + (v >= 1 << 56))
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.jit(inline="always")
 def _packed_size(row, n):
     """(bytes of the varints of row[:n], whether all of them are below 2**21). Ids below 2**21 (every
     vocabulary) take 1-3 bytes: three comparisons a value, which the compiler vectorises (2.5x faster than
@@ -151,7 +150,7 @@ def _packed_size(row, n):
     return size, wide == 0
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.jit(inline="always")
 def _put_varint(buf, pos, v):
     if v < 0x80:  # most values of a record (is_masked, seg_id, label, frequent ids): one byte
         buf[pos] = v
@@ -182,7 +181,7 @@ def _store_u32_unaligned(typingctx, buf, i, value):
     return types.none(buf, types.intp, value), codegen
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.jit(inline="always")
 def _put_varints(buf, pos, row, n, size, narrow):
     """Writes the varints of row[:n], `size` bytes in all, at buf[pos:]; returns the end.
 
@@ -208,20 +207,20 @@ def _put_varints(buf, pos, row, n, size, narrow):
     return pos
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.jit(inline="always")
 def _put_le(buf, pos, v, nbytes):
     for k in range(nbytes):
         buf[pos + k] = (v >> (8 * k)) & 0xFF
     return pos + nbytes
 
 
-@numba.njit(cache=True)
+@compiled.jit()
 def max_record_bytes(seq_len):
     """An upper bound of one framed record's size (ids below 2**32 take at most 5 varint bytes)."""
     return 16 + 4 * (seq_len * 5 + 64) + 64 + 16
 
 
-@numba.njit(cache=True)
+@compiled.jit()
 def put_record(buf, pos, values, lengths, keys, key_lengths):
     """Writes one tf.train.Example of int64-list features as a TFRecord at `buf[pos:]`; returns the end.
 

@@ -10,9 +10,9 @@ n whole words, as the paper describes, and tops up with whole words too, so no s
 (unless no whole word fits the last few masks, which needs a part without any one-piece word).
 """
 
-import numba
 import numpy as np
 
+from xlnet_data.common import compiled
 from xlnet_data.datagen.rng import next_double, numpy_randint
 
 MAX_GRAM = 5
@@ -27,7 +27,7 @@ def ngram_cdf(max_gram=MAX_GRAM):
     return cdf
 
 
-@numba.njit(cache=True)
+@compiled.jit()
 def _word_end(seg, is_start, beg):
     """The position after the word that starts at `beg`."""
     end = beg + 1
@@ -36,7 +36,7 @@ def _word_end(seg, is_start, beg):
     return end
 
 
-@numba.njit(cache=True)
+@compiled.jit()
 def sample_mask(seg, mask, is_start, goal, mask_alpha, mask_beta, cdf, np_mt, word_spans):
     """Sets exactly `goal` entries of `mask` (all False on entry) for the tokens `seg`, in text order.
 

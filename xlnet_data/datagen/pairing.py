@@ -7,13 +7,13 @@ the row's boundaries are listed once (`row_boundaries`) and every one of those w
 search or a closed form, with the same results and the same random draws.
 """
 
-import numba
 import numpy as np
 
+from xlnet_data.common import compiled
 from xlnet_data.datagen.rng import next_double, python_randbelow
 
 
-@numba.njit(cache=True)
+@compiled.jit()
 def row_boundaries(sent_ids):
     """The sentence boundaries of every row of `sent_ids` [num_rows, row_len], both ways.
 
@@ -42,7 +42,7 @@ def row_boundaries(sent_ids):
     return bounds, offsets
 
 
-@numba.njit(cache=True)
+@compiled.jit()
 def _trim(a_len, b_len, tot_len):
     """The original's trimming loop in closed form: while A + B > tot_len, drop a token from the longer
     side (from B on a tie). Returns (a_len, b_len)."""
@@ -61,7 +61,7 @@ def _trim(a_len, b_len, tot_len):
     return a_len - excess // 2, b_len - (excess - excess // 2)
 
 
-@numba.njit(cache=True)
+@compiled.jit()
 def split_a_and_b(data_len, bounds, begin_idx, tot_len, py_mt):
     """Chooses A and B of at most `tot_len` tokens together, from `begin_idx` of one row of `data_len`
     tokens whose sentence boundaries are `bounds` (ascending, see row_boundaries).

@@ -8,8 +8,9 @@ pairing and masking code advances, and that can be read back.
 
 import random
 
-import numba
 import numpy as np
+
+from xlnet_data.common import compiled
 
 _N, _M = 624, 397
 
@@ -25,7 +26,7 @@ def python_state(seed):
     return np.array(random.Random(seed).getstate()[1], dtype=np.int64)
 
 
-@numba.njit(cache=True)
+@compiled.jit()
 def _twist(mt):
     """The next block of 624 words, in three runs without modulo, the matrix term multiplied in rather than
     branched on (its bit is random): 3x faster than the textbook loop."""
@@ -40,7 +41,7 @@ def _twist(mt):
     mt[_N] = 0
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.jit(inline="always")
 def next_uint32(mt):
     if mt[_N] >= _N:
         _twist(mt)
@@ -53,7 +54,7 @@ def next_uint32(mt):
     return y & 0xFFFFFFFF
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.jit(inline="always")
 def next_double(mt):
     """numpy's random_sample() and Python's random.random(): 53 bits from two words."""
     a = next_uint32(mt) >> 5
@@ -61,7 +62,7 @@ def next_double(mt):
     return (a * 67108864.0 + b) / 9007199254740992.0
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.jit(inline="always")
 def numpy_randint(mt, n):
     """numpy legacy `randint(0, n)` (also `choice(n)`), 1 <= n <= 2**32: masked rejection, no draw for n == 1."""
     rng = n - 1
@@ -76,7 +77,7 @@ def numpy_randint(mt, n):
             return val
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.jit(inline="always")
 def _bit_length(n):
     k = 0
     while n:
@@ -85,7 +86,7 @@ def _bit_length(n):
     return k
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.jit(inline="always")
 def python_randbelow(mt, n):
     """Python's `Random._randbelow(n)` for 1 <= n < 2**63: getrandbits(n.bit_length()) until below n."""
     k = _bit_length(n)

@@ -10,10 +10,9 @@ import logging
 from collections.abc import Callable
 from typing import Optional
 
-import numba
 import numpy as np
 
-from xlnet_data.common import fileio, records, save_dir
+from xlnet_data.common import compiled, fileio, records, save_dir
 from xlnet_data.common.vocab import CLS_ID, SEP_ID, start_piece_table
 from xlnet_data.datagen import layout, rng, token_cache
 from xlnet_data.datagen.config import CreateConfig
@@ -75,7 +74,7 @@ def corpus_info(config: CreateConfig, vocab_size):
     }
 
 
-@numba.njit(cache=True)
+@compiled.jit()
 def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_steps, seq_len, reuse_len, goal_mem,
                  goal_ab, mask_alpha, mask_beta, word_spans, is_start, cdf, np_mt, py_mt,
                  keys, key_lengths, buf):

@@ -1,0 +1,36 @@
+"""The compiled loops' decorator (`@compiled.jit()`) and numba's on-disk cache, keyed on every source file.
+
+numba checks a cached function only against its own file, but a function that calls compiled functions of
+other files (units._write_steps inlines records.put_record, masking.sample_mask, the rng draws, ...) has
+their code built in: after those files change, the cache would go on running their old code. So the cache
+lives in a folder named after a hash of the package's compiled-code sources and numba's version, under
+NUMBA_CACHE_DIR, or else the user's cache folder (~/.cache/xlnet-data/numba/<hash>).
+"""
+
+import hashlib
+import os
+
+import numba
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SOURCE_FOLDERS = ("common", "datagen")  # where the @compiled.jit functions are
+
+
+def _cache_dir():
+    digest = hashlib.sha256(numba.__version__.encode())
+    for folder in _SOURCE_FOLDERS:
+        for name in sorted(os.listdir(os.path.join(_PACKAGE, folder))):
+            if name.endswith(".py"):
+                with open(os.path.join(_PACKAGE, folder, name), "rb") as f:
+                    digest.update(f"{folder}/{name}\0".encode() + f.read() + b"\0")
+    base = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "xlnet-data", "numba")
+    return os.path.join(base, digest.hexdigest()[:16])
+
+
+numba.config.CACHE_DIR = _cache_dir()  # read when each decorated function is defined, below and in other modules
+
+
+def jit(**options):
+    """numba.njit with the on-disk cache of this module."""
+    return numba.njit(cache=True, **options)
