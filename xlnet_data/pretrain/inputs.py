@@ -302,6 +302,40 @@ def make_parser(config: InputConfig, permutation: PermutationFn):
     return parse
 
 
+def record_batches(record_info_dir: str, config: InputConfig, *, seed: int = 0,
+                   permutation: Optional[PermutationFn] = None, repeat: bool = True, start: int = 0) -> tf.data.Dataset:
+    """What make_dataset parses, batch by batch: (serialized records [bsz_per_core], the two parts'
+    permutations [bsz_per_core, perm_size] each), the permutations drawn for the batch's example indices.
+
+    Parsing is row by row, so these rows can be regrouped before parsing (replica_batches splits the
+    cores' batches into the replicas' this way) and give the same rows of features, without moving the
+    features (perm_mask is seq_len^2 floats a row). Arguments as make_dataset's.
+    """
+    records = find_records(record_info_dir, config)
+    if not records.filenames:
+        raise FileNotFoundError(f"no record files selected in {record_info_dir} (num_passes={config.num_passes})")
+    if permutation is None:
+        permutation = random_permutation(seed, config.perm_size)
+    dataset = _read_records(records.filenames)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.enumerate().skip(start)
+    dataset = dataset.batch(config.bsz_per_core, drop_remainder=True)
+    perm_shape = [config.bsz_per_core, config.perm_size]
+    return dataset.map(lambda indices, records: (records, tf.ensure_shape(permutation(indices, 0), perm_shape),
+                                                 tf.ensure_shape(permutation(indices, 1), perm_shape)))
+
+
+def parse_batches(dataset: tf.data.Dataset, config: InputConfig) -> tf.data.Dataset:
+    """record_batches' elements (or rows of them regrouped) -> feature batches (see the module doc).
+
+    Everything per batch (a few dozen ops), nothing per example; parallel, in order, prefetched.
+    """
+    parse = make_batch_parser(config)
+    dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
 def make_dataset(record_info_dir: str, config: InputConfig, *, seed: int = 0,
                  permutation: Optional[PermutationFn] = None, repeat: bool = True, start: int = 0) -> tf.data.Dataset:
     """Batches of training features (see the module doc), `config.bsz_per_core` examples each.
@@ -318,21 +352,8 @@ def make_dataset(record_info_dir: str, config: InputConfig, *, seed: int = 0,
     Batches keep the records' order, so batch k+1 continues the rows of batch k
     (with several cores, replica c gets batches c, c + n, ...) and memory carries over.
     """
-    records = find_records(record_info_dir, config)
-    if not records.filenames:
-        raise FileNotFoundError(f"no record files selected in {record_info_dir} (num_passes={config.num_passes})")
-    if permutation is None:
-        permutation = random_permutation(seed, config.perm_size)
-    dataset = _read_records(records.filenames)
-    if repeat:
-        dataset = dataset.repeat()
-    dataset = dataset.enumerate().skip(start)
-    # Everything per batch (a few dozen ops), nothing per example.
-    dataset = dataset.batch(config.bsz_per_core, drop_remainder=True)
-    parse = make_batch_parser(config)
-    dataset = dataset.map(lambda indices, records: parse(records, permutation(indices, 0), permutation(indices, 1)),
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return parse_batches(record_batches(record_info_dir, config, seed=seed, permutation=permutation, repeat=repeat,
+                                        start=start), config)
 
 
 def fixed_permutation(first_part: np.ndarray, second_part: np.ndarray) -> PermutationFn:
