@@ -26,7 +26,7 @@ input: examples/s of make_dataset (batches of bsz_per_core) and of training.repl
   trainer reads) against the original's data_utils.get_input_fn (under tf.compat.v1 with the shims of
   ../shared/tools/original_train_step.py), each in its own process pinned to one core, alternating, on the
   (gunzipped) records of the goldens g1_blog (seq_len 128) and g5_seq512 (seq_len 512), in stream order,
-  cycling through them.
+  cycling through them. Both hand each batch back as numpy arrays on TensorFlow's buffers (no copy).
 
 The machine these figures come from is shared: run the rounds alternately and compare medians.
 """
@@ -198,7 +198,9 @@ def input_worker(args):
         iterator = iter(dataset)
 
         def next_batch():
-            return tf.nest.map_structure(lambda t: t.numpy(), next(iterator))
+            # Arrays on TensorFlow's buffers, as the original's Session.run hands them back; Tensor.numpy()
+            # would copy each one (5 MB a batch at seq_len 512), a copy the trainer never makes.
+            return tf.nest.map_structure(np.asarray, next(iterator))
     for _ in range(args.warmup):
         next_batch()
     tic, cpu = time.perf_counter(), time.process_time()  # process_time: CPU seconds of all its threads

@@ -75,8 +75,8 @@ SYN = ip.InputConfig(seq_len=32, reuse_len=16, perm_size=8, bsz_per_host=4, num_
                      uncased=False)
 
 
-def _make_record_dir(directory, config, task_passes, num_records, gz, tag, seed=0):
-    """Writes record files and their record_info files.
+def _make_record_dir(directory, config, task_passes, num_records, gz, tag, seed=0, max_masked=None):
+    """Writes record files and their record_info files; max_masked tokens masked per record (default num_predict).
 
     Record r of (task, pass) starts with token tag*10000 + task*1000 + pass*100 + r, to check the order.
     """
@@ -87,8 +87,9 @@ def _make_record_dir(directory, config, task_passes, num_records, gz, tag, seed=
         records = []
         for r in range(num_records):
             first = tag * 10000 + task * 1000 + pass_id * 100 + r
-            records.append(_example(*_random_record(rng, config.seq_len, config.reuse_len, config.num_predict,
-                                                    first_token=first), label=r % 2))
+            masked = config.num_predict if max_masked is None else max_masked
+            records.append(_example(*_random_record(rng, config.seq_len, config.reuse_len, masked, first_token=first),
+                                    label=r % 2))
         _write_records(directory / name, records, gz)
         info = {"filenames": [f"somewhere/else/{name}"], "num_batch": num_records // config.bsz_per_host}
         with open(directory / ("record_info-" + name[:-len("tfrecords")] + "json"), "w") as fp:
@@ -223,6 +224,66 @@ def test_injected_permutation_matches_the_definition(tmp_path):
         for part, sl in enumerate((slice(0, SYN.reuse_len), slice(SYN.reuse_len, SYN.seq_len))):
             want = _reference_perm_mask(tokens[sl], masked[sl], perms[part], SYN.perm_size)
             np.testing.assert_array_equal(batch["perm_mask"][b].numpy()[sl, sl], want)
+
+
+def _reference_features(record, perms, config):
+    """One example's features as the original's parser builds them: each part's perm_mask, pasted with ones
+    (the memory part never sees the rest) and zeros; each part's targets shifted on their own; the predicted
+    positions gathered in order and zero-padded to num_predict (all positions without num_predict)."""
+    feature = record.features.feature
+    tokens, targets, seg_id, masked = (np.array(feature[key].int64_list.value)
+                                       for key in ("input", "target", "seg_id", "is_masked"))
+    masked = masked.astype(bool)
+    seq_len, reuse_len = config.seq_len, config.reuse_len
+    parts = (slice(0, reuse_len), slice(reuse_len, seq_len))
+    masks = [_reference_perm_mask(tokens[part], masked[part], perm, config.perm_size) for part, perm in zip(parts, perms)]
+    rest = seq_len - reuse_len
+    perm_mask = np.block([[masks[0], np.ones((reuse_len, rest))], [np.zeros((rest, reuse_len)), masks[1]]])
+    new_targets = np.concatenate([np.r_[tokens[part][:1], targets[part][:-1]] for part in parts])
+    predicted = masked & (tokens != SEP_ID) & (tokens != CLS_ID)
+    features = {"input_k": tokens, "input_q": predicted, "seg_id": seg_id, "perm_mask": perm_mask,
+                "label": np.array(feature["label"].int64_list.value)}
+    if config.num_predict is None:
+        return {**features, "target": new_targets, "target_mask": predicted}
+    positions = np.flatnonzero(predicted)
+    mapping = np.zeros((config.num_predict, seq_len))
+    mapping[np.arange(len(positions)), positions] = 1
+    padding = np.zeros(config.num_predict - len(positions))
+    return {**features, "target_mapping": mapping, "target": np.r_[new_targets[positions], padding],
+            "target_mask": np.r_[np.ones(len(positions)), padding]}
+
+
+@pytest.mark.parametrize("changes, max_masked", [
+    ({}, 8),  # two blocks of perm_size per part, 4 of 16 masked per part
+    (dict(perm_size=16, num_predict=2), 2),  # one block per part, 1 masked per part
+    (dict(num_predict=32), 32),  # every token masked: no ordinary token in either part
+    ({}, 0),  # nothing masked: nothing predicted
+])
+def test_seeded_features_are_the_originals_for_the_seeds_permutations(tmp_path, changes, max_masked):
+    """make_dataset's features, example by example, are the original parser's for the permutations the seed
+    draws for that batch (each example its own): what the batched computation (perm_mask gathered from its
+    distinct rows, the predictions gathered by segment sums) must give exactly."""
+    config = dataclasses.replace(SYN, **changes)
+    _make_record_dir(tmp_path, config, [(0, 0)], num_records=12, gz=False, tag=1, max_masked=max_masked)
+    raw = [tf.train.Example.FromString(r.numpy())
+           for r in tf.data.TFRecordDataset(str(next(tmp_path.glob("*.tfrecords"))))]
+    seed, start = 11, 4
+    permutation = ip.random_permutation(seed, config.perm_size)
+    batches = list(ip.make_dataset(str(tmp_path), config, seed=seed, repeat=False, start=start))
+    assert len(batches) == 2
+    parse_all_positions = ip.make_batch_parser(dataclasses.replace(config, num_predict=None))
+    for k, batch in enumerate(batches):
+        indices = tf.range(start + k * config.bsz_per_core, start + (k + 1) * config.bsz_per_core, dtype=tf.int64)
+        perms = [permutation(indices, part).numpy() for part in (0, 1)]
+        records = [raw[i] for i in indices.numpy()]
+        per_position = parse_all_positions(tf.constant([r.SerializeToString() for r in records]), *perms)
+        for b, record in enumerate(records):
+            want = _reference_features(record, (perms[0][b], perms[1][b]), config)
+            for key, value in batch.items():
+                np.testing.assert_array_equal(value[b].numpy(), want[key], err_msg=f"batch {k} example {b} {key}")
+            want = _reference_features(record, (perms[0][b], perms[1][b]), dataclasses.replace(config, num_predict=None))
+            for key in ("target", "target_mask"):
+                np.testing.assert_array_equal(per_position[key][b].numpy(), want[key], err_msg=f"{key} without num_predict")
 
 
 def test_random_permutations_keep_the_invariants_and_are_reproducible(tmp_path):

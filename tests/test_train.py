@@ -175,6 +175,25 @@ def test_a_step_is_split_so_each_replica_has_forward_rows_then_their_backward_ro
     assert got.tolist() == want
 
 
+@pytest.mark.parametrize("replicas, pipelines", [(2, 1), (4, 1), (4, 2)])
+def test_replica_batches_are_the_rows_of_the_records_batches(small_records, tmp_path, replicas, pipelines):
+    """Each replica's batch is, row for row, its share of make_dataset's seeded batch (replica_batches splits
+    the serialized records and their permutations, then parses), also resumed and with several pipelines."""
+    cfg = dataclasses.replace(tiny_config(small_records, tmp_path), seed=5)
+    shares = T.split_host_batch(tf.reshape(tf.range(8), [1, 8]), replicas, True).numpy()
+    local = replicas // pipelines
+    for pipeline in range(pipelines):
+        context = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipeline,
+                                             num_replicas_in_sync=replicas)
+        got = iter(T.replica_batches(cfg.record_info_dir, cfg, replicas, start_step=1, input_context=context))
+        for batch in ip.make_dataset(cfg.record_info_dir, cfg.data, seed=cfg.seed, start=8).take(2):
+            for rows in shares[pipeline * local:(pipeline + 1) * local]:
+                replica = next(got)
+                assert set(replica) == set(batch)
+                for key, value in batch.items():
+                    np.testing.assert_array_equal(replica[key].numpy(), tf.gather(value, rows).numpy(), err_msg=key)
+
+
 def test_a_batch_that_cannot_be_split_is_refused(records, tmp_path):
     cfg = tiny_config(records, tmp_path)
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, bsz_per_host=3))

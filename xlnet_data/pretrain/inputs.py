@@ -163,10 +163,37 @@ def random_permutation(seed: int, perm_size: int) -> PermutationFn:
     return permutation
 
 
+def _position_tables(config: InputConfig) -> dict[str, np.ndarray]:
+    """Per position constants of the layout (int32 [seq_len] each), computed once, not per batch.
+
+    offset: the position's part's smallest factorization index + 1 (0 in the memory part, seq_len in the
+      rest: offsetting the rest's indices by seq_len gives the two off-diagonal blocks of perm_mask from the
+      same comparison as the diagonal ones);
+    block_start + the permutation entry at perm_column of the two parts' permutations side by side: the
+      position's index within its part (the same shuffle in every block of perm_size);
+    part: 0 in the memory part, 1 in the rest;
+    shift_source: where the model's target comes from in [record target | input] (the next token of the
+      previous position, each part's first position its own input, as the original shifts each part on its own).
+    """
+    seq_len, reuse_len, perm_size = config.seq_len, config.reuse_len, config.perm_size
+    position = np.arange(seq_len)
+    part = (position >= reuse_len).astype(np.int32)
+    in_part = position - part * reuse_len
+    first_of_part = in_part == 0
+    return {
+        "offset": part * seq_len,
+        "block_start": (in_part // perm_size * perm_size).astype(np.int32),
+        "perm_column": (in_part % perm_size + part * perm_size).astype(np.int32),
+        "part": part,
+        "shift_source": np.where(first_of_part, seq_len + position, position - 1).astype(np.int32),
+    }
+
+
 def _local_perm_features(inputs: tf.Tensor, targets: tf.Tensor, is_masked: tf.Tensor, perms: Sequence[tf.Tensor],
                          config: InputConfig) -> dict[str, tf.Tensor]:
-    """The original's `_local_perm` of both parts at once, for a batch ([bsz, seq_len] int64 records, `perms`
-    the two parts' [bsz, perm_size] shuffles): perm_mask, target, target_mask, input_k, input_q.
+    """The original's `_local_perm` of both parts at once, for a batch ([bsz, seq_len] int32 inputs and
+    targets, bool is_masked; `perms` the two parts' [bsz, perm_size] shuffles): perm_mask, target (per
+    position), predicted (bool), input_q.
 
     Within a part, position b*perm_size + j gets the factorization-order index b*perm_size + perm[j] (the
     same shuffle in every block, as the original's tf.random_shuffle of the rows), ordinary tokens the
@@ -176,32 +203,39 @@ def _local_perm_features(inputs: tf.Tensor, targets: tf.Tensor, is_masked: tf.Te
     rest) and zeros (the rest sees all of it). Here the rest's indices are offset by seq_len, which gives
     those two blocks from the same comparison; and "j is masked or functional" needs no test, as an
     ordinary j has its part's smallest index, below every i's own index in its part.
+
+    perm_mask is built by rows: row i is (threshold_i <= index_j for every j), and all ordinary tokens of
+    a part share one threshold, so only 2 + (masked or functional tokens) rows differ. Those are compared
+    (about a sixth of the [seq_len, seq_len] comparisons) and the mask is gathered from them, one copy per
+    row: the broadcast comparison of every pair and its cast to float were most of the input pipeline's
+    time at seq_len 512.
     """
-    seq_len, reuse_len, perm_size = config.seq_len, config.reuse_len, config.perm_size
-    position = tf.range(seq_len, dtype=tf.int64)
-    in_rest = position >= reuse_len
-    offset = tf.where(in_rest, tf.cast(seq_len, tf.int64), 0)  # the part's smallest index + 1
-    block_start = tf.where(in_rest, (position - reuse_len) // perm_size * perm_size,
-                           position // perm_size * perm_size)
-    shuffled = tf.concat([tf.tile(tf.cast(perm, tf.int64), [1, length // perm_size])
-                          for perm, length in zip(perms, (reuse_len, seq_len - reuse_len))], axis=1)
-    index = offset + block_start + shuffled
+    tables = _position_tables(config)
+    perm = tf.cast(tf.concat(list(perms), axis=1), tf.int32)
+    index = tables["offset"] + tables["block_start"] + tf.gather(perm, tables["perm_column"], axis=1)
 
-    non_func_tokens = tf.logical_not(tf.logical_or(tf.equal(inputs, SEP_ID), tf.equal(inputs, CLS_ID)))
-    non_mask_tokens = tf.logical_and(tf.logical_not(is_masked), non_func_tokens)
-    rev_index = tf.where(non_mask_tokens, offset - 1, index)
-    # Predicted tokens: masked ones that are not <sep>/<cls>.
-    target_tokens = tf.logical_and(is_masked, non_func_tokens)
-    target_mask = tf.cast(target_tokens, tf.float32)
-    self_rev_index = tf.where(target_tokens, rev_index, rev_index + 1)
-    perm_mask = tf.cast(self_rev_index[:, :, None] <= rev_index[:, None, :], tf.float32)
+    functional = tf.logical_or(tf.equal(inputs, SEP_ID), tf.equal(inputs, CLS_ID))
+    # Predicted tokens: masked ones that are not <sep>/<cls>; `hidden` ones (masked or functional) keep
+    # their permutation index, the others get their part's smallest.
+    predicted = tf.logical_and(is_masked, tf.logical_not(functional))
+    hidden = tf.logical_or(is_masked, functional)
+    rev_index = tf.where(hidden, index, tables["offset"] - 1)
+    # i may not attend to j when threshold_i <= rev_index_j: a predicted token's threshold is its own
+    # index (it does not see itself), any other token's its index + 1.
+    threshold = rev_index + 1 - tf.cast(predicted, tf.int32)
 
-    # The record's `target` is the next token; the model predicts the current one (each part's first
-    # position takes its input, as the original shifts each part on its own).
-    shifted = tf.concat([inputs[:, :1], targets[:, :-1]], axis=1)
-    new_targets = tf.where(tf.equal(position, reuse_len), inputs, shifted)
-    return {"perm_mask": perm_mask, "target": new_targets, "target_mask": target_mask, "input_k": inputs,
-            "input_q": target_mask}
+    # Row 0 / 1: the ordinary tokens of the memory part / the rest; row 2 + k: the k-th hidden token.
+    row = tf.where(hidden, tf.cumsum(tf.cast(hidden, tf.int32), axis=1) + 1, tables["part"])
+    bsz = tf.shape(inputs)[0]
+    num_rows = tf.reduce_max(row) + 1
+    segment = row + tf.range(bsz)[:, None] * num_rows
+    row_threshold = tf.reshape(tf.math.unsorted_segment_max(threshold, segment, bsz * num_rows), [bsz, num_rows])
+    rows = tf.cast(row_threshold[:, :, None] <= rev_index[:, None, :], tf.float32)
+    perm_mask = tf.gather(rows, row, batch_dims=1)
+
+    target = tf.gather(tf.concat([targets, inputs], axis=1), tables["shift_source"], axis=1)
+    return {"perm_mask": perm_mask, "target": target, "predicted": predicted,
+            "input_q": tf.cast(predicted, tf.float32)}
 
 
 def make_batch_parser(config: InputConfig):
@@ -218,33 +252,38 @@ def make_batch_parser(config: InputConfig):
 
     def parse(records: tf.Tensor, perm_0: tf.Tensor, perm_1: tf.Tensor) -> dict[str, tf.Tensor]:
         example = tf.io.parse_example(records, record_spec)
-        local = _local_perm_features(example["input"], example["target"], tf.cast(example["is_masked"], tf.bool),
-                                     (perm_0, perm_1), config)
+        inputs = tf.cast(example["input"], tf.int32)
+        local = _local_perm_features(inputs, tf.cast(example["target"], tf.int32),
+                                     tf.cast(example["is_masked"], tf.bool), (perm_0, perm_1), config)
         features = {
-            "input_k": tf.cast(local["input_k"], tf.int32),
+            "input_k": inputs,
             "input_q": local["input_q"],
             "seg_id": tf.cast(example["seg_id"], tf.int32),
             "label": tf.cast(example["label"], tf.int32),
             "perm_mask": local["perm_mask"],
         }
         if num_predict is None:
-            features["target"] = tf.cast(local["target"], tf.int32)
-            features["target_mask"] = local["target_mask"]
+            features["target"] = local["target"]
+            features["target_mask"] = local["input_q"]
             return features
         # The predicted positions in order, padded to num_predict: row k of target_mapping is one-hot on
-        # the k-th predicted position (zero when there are fewer).
-        predicted = local["target_mask"] > 0
+        # the k-th predicted position (a zero row when there are fewer).
+        predicted = local["predicted"]
         rank = tf.cumsum(tf.cast(predicted, tf.int32), axis=1) - 1  # which prediction a position is
-        actual = rank[:, -1] + 1
         # The original would fail here with a shape error; say why instead.
         with tf.control_dependencies([tf.debugging.assert_less_equal(
-                tf.reduce_max(actual), num_predict, message="an example has more predicted tokens than num_predict")]):
-            rank = tf.where(predicted, rank, -1)
-        mapping = tf.equal(rank[:, None, :], tf.range(num_predict)[None, :, None])
-        features["target_mapping"] = tf.cast(mapping, tf.float32)
-        features["target"] = tf.cast(tf.reduce_sum(tf.where(mapping, local["target"][:, None, :], 0), axis=2),
-                                     tf.int32)
-        features["target_mask"] = tf.cast(tf.range(num_predict)[None, :] < actual[:, None], tf.float32)
+                tf.reduce_max(rank[:, -1] + 1), num_predict, message="an example has more predicted tokens than num_predict")]):
+            bsz = tf.shape(predicted)[0]
+            # Prediction k of example b is slot b * num_predict + k; positions not predicted go to one spare slot.
+            slot = tf.where(predicted, rank + tf.range(bsz)[:, None] * num_predict, bsz * num_predict)
+
+        def by_slot(values):  # [bsz, seq_len] -> [bsz, num_predict]: the value of each prediction, 0 for padding
+            return tf.reshape(tf.math.unsorted_segment_sum(values, slot, bsz * num_predict + 1)[:-1], [bsz, num_predict])
+
+        predicted_position = by_slot(tf.broadcast_to(tf.range(1, seq_len + 1), tf.shape(slot))) - 1  # -1: padding
+        features["target_mapping"] = tf.one_hot(predicted_position, seq_len, dtype=tf.float32)  # -1: a zero row
+        features["target"] = by_slot(local["target"])
+        features["target_mask"] = tf.cast(predicted_position >= 0, tf.float32)
         return features
 
     return parse
@@ -263,6 +302,40 @@ def make_parser(config: InputConfig, permutation: PermutationFn):
     return parse
 
 
+def record_batches(record_info_dir: str, config: InputConfig, *, seed: int = 0,
+                   permutation: Optional[PermutationFn] = None, repeat: bool = True, start: int = 0) -> tf.data.Dataset:
+    """What make_dataset parses, batch by batch: (serialized records [bsz_per_core], the two parts'
+    permutations [bsz_per_core, perm_size] each), the permutations drawn for the batch's example indices.
+
+    Parsing is row by row, so these rows can be regrouped before parsing (replica_batches splits the
+    cores' batches into the replicas' this way) and give the same rows of features, without moving the
+    features (perm_mask is seq_len^2 floats a row). Arguments as make_dataset's.
+    """
+    records = find_records(record_info_dir, config)
+    if not records.filenames:
+        raise FileNotFoundError(f"no record files selected in {record_info_dir} (num_passes={config.num_passes})")
+    if permutation is None:
+        permutation = random_permutation(seed, config.perm_size)
+    dataset = _read_records(records.filenames)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.enumerate().skip(start)
+    dataset = dataset.batch(config.bsz_per_core, drop_remainder=True)
+    perm_shape = [config.bsz_per_core, config.perm_size]
+    return dataset.map(lambda indices, records: (records, tf.ensure_shape(permutation(indices, 0), perm_shape),
+                                                 tf.ensure_shape(permutation(indices, 1), perm_shape)))
+
+
+def parse_batches(dataset: tf.data.Dataset, config: InputConfig) -> tf.data.Dataset:
+    """record_batches' elements (or rows of them regrouped) -> feature batches (see the module doc).
+
+    Everything per batch (a few dozen ops), nothing per example; parallel, in order, prefetched.
+    """
+    parse = make_batch_parser(config)
+    dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
 def make_dataset(record_info_dir: str, config: InputConfig, *, seed: int = 0,
                  permutation: Optional[PermutationFn] = None, repeat: bool = True, start: int = 0) -> tf.data.Dataset:
     """Batches of training features (see the module doc), `config.bsz_per_core` examples each.
@@ -279,21 +352,8 @@ def make_dataset(record_info_dir: str, config: InputConfig, *, seed: int = 0,
     Batches keep the records' order, so batch k+1 continues the rows of batch k
     (with several cores, replica c gets batches c, c + n, ...) and memory carries over.
     """
-    records = find_records(record_info_dir, config)
-    if not records.filenames:
-        raise FileNotFoundError(f"no record files selected in {record_info_dir} (num_passes={config.num_passes})")
-    if permutation is None:
-        permutation = random_permutation(seed, config.perm_size)
-    dataset = _read_records(records.filenames)
-    if repeat:
-        dataset = dataset.repeat()
-    dataset = dataset.enumerate().skip(start)
-    # Everything per batch (a few dozen ops), nothing per example.
-    dataset = dataset.batch(config.bsz_per_core, drop_remainder=True)
-    parse = make_batch_parser(config)
-    dataset = dataset.map(lambda indices, records: parse(records, permutation(indices, 0), permutation(indices, 1)),
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return parse_batches(record_batches(record_info_dir, config, seed=seed, permutation=permutation, repeat=repeat,
+                                        start=start), config)
 
 
 def fixed_permutation(first_part: np.ndarray, second_part: np.ndarray) -> PermutationFn:

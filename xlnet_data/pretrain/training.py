@@ -37,7 +37,7 @@ from xlnet_data.common import fileio, stopping, validation
 from xlnet_data.common.records import RecordError, read_examples
 from xlnet_data.datagen.config import ConfigError
 from xlnet_data.pretrain import checkpoints, hf
-from xlnet_data.pretrain.inputs import InputConfig, PermutationFn, find_records, make_dataset
+from xlnet_data.pretrain.inputs import InputConfig, PermutationFn, find_records, parse_batches, record_batches
 from xlnet_data.pretrain.modeling import RunConfig, XLNet, XLNetConfig, build_model
 
 log = logging.getLogger("xlnet_data")
@@ -229,23 +229,25 @@ def replica_batches(record_dir: str, cfg: TrainConfig, num_replicas: int, *, sta
                     input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
     """Per-replica batches in the order a strategy deals them out: step s, replica r is element
     s * num_replicas + r. start_step skips the steps a resumed run already trained on. With
-    several input pipelines (multi-worker), pipeline p keeps only its own replicas' batches."""
+    several input pipelines (multi-worker), pipeline p keeps only its own replicas' batches.
+
+    The cores' batches are split into the replicas' before parsing (serialized records and their
+    permutations), so the features, the same row for row, are built once and never moved."""
     data = cfg.data
-    dataset = make_dataset(record_dir, data, seed=cfg.seed, permutation=permutation,
-                           start=start_step * data.bsz_per_host)
+    dataset = record_batches(record_dir, data, seed=cfg.seed, permutation=permutation,
+                             start=start_step * data.bsz_per_host)
     several_pipelines = input_context is not None and input_context.num_input_pipelines > 1
     if num_replicas == data.num_core_per_host and not several_pipelines:
         # Replica r is core r: the records' batches are already the replicas' (split_host_batch would
         # hand every replica its own core's block).
-        return dataset
+        return parse_batches(dataset, data)
     dataset = dataset.batch(data.num_core_per_host, drop_remainder=True)  # one step of the records
-    dataset = dataset.map(lambda features: {key: split_host_batch(value, num_replicas, data.bi_data)
-                                            for key, value in features.items()})
+    dataset = dataset.map(lambda *rows: tuple(split_host_batch(value, num_replicas, data.bi_data) for value in rows))
     if several_pipelines:
         local = num_replicas // input_context.num_input_pipelines
         first = input_context.input_pipeline_id * local
-        dataset = dataset.map(lambda features: {key: value[first:first + local] for key, value in features.items()})
-    return dataset.unbatch().prefetch(tf.data.AUTOTUNE)
+        dataset = dataset.map(lambda *rows: tuple(value[first:first + local] for value in rows))
+    return parse_batches(dataset.unbatch(), data)
 
 
 def source_tokens(record_dir: str, data: InputConfig) -> int:
