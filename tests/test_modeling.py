@@ -239,6 +239,28 @@ def test_gelu_is_the_tanh_approximation():
     np.testing.assert_allclose(M.gelu(tf.constant(x)).numpy(), want, atol=1e-6)
 
 
+def test_sparse_softmax_xent_is_logsumexp_minus_the_label_logit_and_its_gradient_softmax_minus_one_hot():
+    rng = np.random.RandomState(0)
+    logits = rng.randn(6, 50).astype(np.float32) * 4
+    logits[5, 0] = 200.0  # the label's probability underflows float32 (exp(-200)): the loss must stay exact
+    labels = np.array([3, 7, 0, 49, 12, 1], np.int32)
+    weights = rng.rand(6).astype(np.float32)
+    x = tf.constant(logits)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = M.sparse_softmax_xent(x, tf.constant(labels))
+        weighted = tf.reduce_sum(loss * weights)
+    grad = tape.gradient(weighted, x)
+    wide = logits.astype(np.float64)
+    top = wide.max(axis=1, keepdims=True)
+    logsumexp = top[:, 0] + np.log(np.exp(wide - top).sum(axis=1))
+    np.testing.assert_allclose(loss.numpy(), logsumexp - wide[np.arange(6), labels], rtol=1e-6, atol=1e-6)
+    assert loss.numpy()[5] > 190
+    want = np.exp(wide - logsumexp[:, None])
+    want[np.arange(6), labels] -= 1
+    np.testing.assert_allclose(grad.numpy(), want * weights[:, None], rtol=0, atol=1e-6)
+
+
 def test_memory_keeps_the_last_mem_len_of_the_reused_positions():
     prev = tf.reshape(tf.range(6.0), [6, 1, 1])
     curr = tf.reshape(tf.range(100.0, 110.0), [10, 1, 1])

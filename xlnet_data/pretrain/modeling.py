@@ -118,6 +118,27 @@ class PLMOutput(NamedTuple):
     new_mems: Optional[list]    # per layer [mem_len, bsz, d_model]; None when mem_len == 0
 
 
+@tf.custom_gradient
+def sparse_softmax_xent(logits: tf.Tensor, labels: tf.Tensor):
+    """tf.nn.sparse_softmax_cross_entropy_with_logits of [rows, classes] logits, computed from one softmax.
+
+    The fused op took 44 ms of a 590 ms step (its Eigen exp, on one core); the softmax (oneDNN's on CPUs)
+    takes a fifth of that. The loss is logsumexp - logit[label], with logsumexp = max + log(sum(exp(x - max)))
+    read off the softmax at the row's largest logit, x_max - log(p_max): p_max >= 1 / classes never
+    underflows, where log(p[label]) would for a very unlikely label (two reduce_max: argmax is 3x slower).
+    The gradient is softmax - one_hot.
+    """
+    prob = tf.nn.softmax(logits)
+    at_label = tf.stack([tf.range(tf.shape(logits)[0]), labels], 1)
+    logsumexp = tf.reduce_max(logits, axis=-1) - tf.math.log(tf.reduce_max(prob, axis=-1))
+    loss = logsumexp - tf.gather_nd(logits, at_label)
+
+    def grad(upstream):
+        return tf.tensor_scatter_nd_sub(prob * upstream[:, None], at_label, upstream), None
+
+    return loss, grad
+
+
 def gelu(x: tf.Tensor) -> tf.Tensor:
     """The original's GELU: the tanh approximation (not tf.nn.gelu's exact erf form)."""
     cdf = 0.5 * (1.0 + tf.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * tf.pow(x, 3))))
@@ -500,9 +521,9 @@ class XLNet(tf.Module):
         # table took 1.7x its forward time in a profile of the step; a matmul's reads its operands transposed.
         hidden = tf.reshape(output, [-1, self.config.d_model])
         logits = tf.matmul(hidden, self._w("transformer/word_embedding/lookup_table"), transpose_b=True)
-        logits = tf.reshape(logits, tf.concat([tf.shape(output)[:2], [self.config.n_token]], 0))
-        logits = tf.cast(logits + self._w("lm_loss/bias"), tf.float32)
-        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target, logits=logits)
+        # bias_add, not +: its gradient is BiasAddGrad, not a broadcast Sum (1.5x faster in a profile).
+        logits = tf.cast(tf.nn.bias_add(logits, self._w("lm_loss/bias")), tf.float32)
+        loss = tf.reshape(sparse_softmax_xent(logits, tf.reshape(target, [-1])), tf.shape(target))
         total_loss = tf.reduce_sum(loss * target_mask) / tf.reduce_sum(target_mask)
         return PLMOutput(total_loss, tf.transpose(loss, [1, 0]), new_mems)
 
