@@ -20,6 +20,7 @@ from test_train import TINY_SHAPE, _create, tiny_config
 
 from xlnet_data.common import records, validation
 from xlnet_data.common.save_dir import SaveDirError
+from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import training as T
 
 RECORDS_NAME = "train-0-0.bsz-8.seqlen-64.reuse-32.uncased.bi.alpha-6.beta-1.fnp-10"
@@ -78,39 +79,46 @@ def _no_temporary_files(folder):
 
 # ----- exact resume --------------------------------------------------------------------------------
 
-# Each exact-resume check runs in a fresh process: inside the long-lived test process, after many other
-# models, two straight runs of the same config have differed in the last bit of a loss (1 ulp at step 47
-# or 69 of 100, twice in full-suite runs; never in a process of its own), which no resume can beat.
-RESUME_CHECK = """
-import sys
-import tensorflow as tf
-if sys.argv[1] == "mirrored":
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-sys.path.insert(0, sys.argv[2])
-import test_train_faults
-getattr(test_train_faults, "check_" + sys.argv[1] + "_resume")(sys.argv[3], sys.argv[4])
-print("resume OK")
-"""
+def _run_check(name, *args, **env):
+    """Runs check_<name>(*args) of this module in a fresh Python (for what must be set before TensorFlow
+    starts: logical devices, environment variables)."""
+    script = ("import sys; sys.path.insert(0, sys.argv[1]); import test_train_faults; "
+              "getattr(test_train_faults, 'check_' + sys.argv[2])(*sys.argv[3:]); print('check OK')")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), **env)
+    result = subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent), name, *map(str, args)],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and "check OK" in result.stdout, result.stderr[-5000:]
 
 
-def _run_resume_check(kind, records, tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", RESUME_CHECK, kind, str(Path(__file__).parent), str(records),
-                             str(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0 and "resume OK" in result.stdout, result.stderr[-5000:]
+def test_a_step_repeats_bit_for_bit(small_records, tmp_path):
+    """What an exact resume rests on: the same step on the same weights gives the same gradients to the last
+    bit. Without oneDNN's kernels (as here) the thread schedule shows through more often: with the gradients
+    summed by a tape (AddN of 3 terms), 121 of these 500 repeats differed (with oneDNN, 3 of 3,000)."""
+    _run_check("step_repeats", small_records, tmp_path, 500, TF_ENABLE_ONEDNN_OPTS="0")
+
+
+def check_step_repeats(records, model_dir, repeats):
+    repeats = int(repeats)
+    cfg = tiny_config(records, model_dir, mem_len=16)
+    cfg = T.dataclasses.replace(cfg, run=T.dataclasses.replace(cfg.run, dropout=0.0, dropatt=0.0))
+    T.sum_in_graph_order()  # as train() does
+    trainer = T.Trainer(cfg, T.make_strategy("one_device"))
+    features = next(iter(ip.make_dataset(cfg.record_info_dir, cfg.data)))
+    mems = trainer.initial_mems()
+    first = [grad.numpy() for grad in trainer.loss_and_grads(features, mems)[1]]
+    differing = 0
+    for _ in range(repeats):
+        grads = trainer.loss_and_grads(features, mems)[1]
+        differing += any(not np.array_equal(grad.numpy(), expected) for grad, expected in zip(grads, first))
+    assert differing == 0, f"{differing} of {repeats} repeats differ"
 
 
 def test_50_plus_50_steps_equal_100_straight_bit_for_bit(small_records, tmp_path):
-    _run_resume_check("straight", small_records, tmp_path)
-
-
-def check_straight_resume(records, model_dir):
     """mem_len > 0, bi_data, dropout: memories, positions (the 17 steps of records wrap around), dropout state."""
     changes = dict(train_steps=100, save_steps=50, mem_len=32, iterations=50)
-    whole_cfg = tiny_config(records, os.path.join(model_dir, "whole"), **changes)
+    whole_cfg = tiny_config(small_records, tmp_path / "whole", **changes)
     whole_cfg = T.dataclasses.replace(whole_cfg, run=T.dataclasses.replace(whole_cfg.run, dropout=0.1, dropatt=0.1))
-    cfg = T.dataclasses.replace(whole_cfg, model_dir=os.path.join(model_dir, "pieces"))
+    cfg = T.dataclasses.replace(whole_cfg, model_dir=str(tmp_path / "pieces"))
     whole = T.train(whole_cfg)
     first = T.train(cfg, stop_after=50)  # ends at the checkpoint of step 50, as a killed job
     second = T.train(cfg)
@@ -124,8 +132,11 @@ def check_straight_resume(records, model_dir):
 
 
 def check_mirrored_resume(records, model_dir):
-    """Run in a process with two logical CPUs: 2 + 2 steps on two replicas (each with its own memories and
+    """2 + 2 steps on two replicas (each with its own memories and
     dropout stream) equal 4 straight."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
     def run(folder, **more):
         cfg = tiny_config(records, os.path.join(model_dir, folder), train_steps=4, save_steps=2, mem_len=32,
                           strategy="mirrored", devices=("/cpu:0", "/cpu:1"))
@@ -143,7 +154,7 @@ def check_mirrored_resume(records, model_dir):
 
 
 def test_two_replicas_resume_exactly_too(small_records, tmp_path):
-    _run_resume_check("mirrored", small_records, tmp_path)
+    _run_check("mirrored_resume", small_records, tmp_path)
 
 
 def test_resuming_with_another_seed_is_refused(small_records, tmp_path):
@@ -174,13 +185,22 @@ def _signal_at_step(process, signum, step):
     return subprocess.CompletedProcess(process.args, process.returncode, "", "".join(seen) + rest)
 
 
-@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_saves_a_checkpoint_and_the_rerun_equals_an_uninterrupted_run(small_records, tmp_path, signum,
-                                                                                status):
-    steps = ["--train_steps=12", "--iterations=1"]
-    whole = run_module("xlnet_data.train_gpu", *_train_args(small_records, tmp_path / "whole", *steps))
-    assert whole.returncode == 0, whole.stderr[-3000:]
+TWELVE_STEPS = ["--train_steps=12", "--iterations=1"]
 
+
+@pytest.fixture(scope="module")
+def twelve_steps(small_records, tmp_path_factory):
+    """The model_dir of an uninterrupted run of TWELVE_STEPS."""
+    model_dir = tmp_path_factory.mktemp("whole")
+    whole = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, *TWELVE_STEPS))
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    return model_dir
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_saves_a_checkpoint_and_the_rerun_equals_an_uninterrupted_run(small_records, twelve_steps, tmp_path,
+                                                                                signum, status):
+    steps = TWELVE_STEPS
     model_dir = tmp_path / "stopped"
     stopped = _signal_at_step(_popen_train(*_train_args(small_records, model_dir, *steps)), signum, 4)
     line = _one_line(stopped, "train", status)
@@ -194,7 +214,7 @@ def test_a_signal_saves_a_checkpoint_and_the_rerun_equals_an_uninterrupted_run(s
 
     resumed = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, *steps))
     assert resumed.returncode == 0 and f"resumed from {model_dir}/model.ckpt-{at} (step {at})" in resumed.stderr
-    ours, theirs = _checkpoint_tensors(model_dir), _checkpoint_tensors(tmp_path / "whole")
+    ours, theirs = _checkpoint_tensors(model_dir), _checkpoint_tensors(twelve_steps)
     assert ours.keys() == theirs.keys()
     for name, value in theirs.items():
         np.testing.assert_array_equal(ours[name], value, err_msg=name)

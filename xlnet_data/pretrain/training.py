@@ -334,6 +334,15 @@ def uses_xla(jit_compile: str, strategy: tf.distribute.Strategy) -> bool:
         tf.DeviceSpec.from_string(device).device_type == "GPU" for device in strategy.extended.worker_devices)
 
 
+def sum_in_graph_order() -> None:
+    """Makes a step on CPU repeat bit for bit, and so a resumed run equal an uninterrupted one. TensorFlow's
+    AddN kernel reuses whichever input buffer is free first as its output and adds the others to it: with three
+    or more terms the order of the sum, and its rounding, follows the thread schedule (1 gradient in a few
+    hundred then differs in the last bit). Grappler's arithmetic optimizer turns chains of two-term adds into
+    such AddNs, so it is turned off for the process (its cost on the step: BENCHMARKS.md)."""
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+
+
 class Trainer:
     """The model and its optimizer on a strategy, and the training step (`train_step`)."""
 
@@ -403,10 +412,11 @@ class Trainer:
 
     def _model_forward_backward(self, features, mems):
         """On one replica: its loss, its gradients, its next memories."""
-        with tf.GradientTape() as tape:
-            out = self.model.plm_loss(features, mems, training=True)
-        grads = [tf.convert_to_tensor(g) for g in tape.gradient(out.total_loss, self.variables)]
-        return out.total_loss, grads, out.new_mems
+        out = self.model.plm_loss(features, mems, training=True)
+        # A variable's gradient terms summed two at a time, in the order of the graph (see
+        # sum_in_graph_order): a tape sums three or more at once with AddN.
+        grads = tf.gradients(out.total_loss, self.variables, aggregation_method=tf.AggregationMethod.EXPERIMENTAL_TREE)
+        return out.total_loss, [tf.convert_to_tensor(g) for g in grads], out.new_mems
 
     def _replica_loss_and_grads(self, features, mems):
         """On one replica: its loss, the gradients averaged over all replicas, its next memories."""
@@ -654,6 +664,7 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.di
     check_records(cfg)
     # Full float32 matmuls on GPUs unless asked (TF32 keeps 10 bits of mantissa: ~1e-3 off the original).
     tf.config.experimental.enable_tensor_float_32_execution(cfg.tf32)
+    sum_in_graph_order()
     strategy = strategy or make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
     chief = strategy.extended.should_checkpoint  # multi-worker: only the chief writes
     _check_model_dir(cfg, chief)
