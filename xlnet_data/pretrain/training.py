@@ -416,7 +416,11 @@ class Trainer:
         # A variable's gradient terms summed two at a time, in the order of the graph (see
         # sum_in_graph_order): a tape sums three or more at once with AddN.
         grads = tf.gradients(out.total_loss, self.variables, aggregation_method=tf.AggregationMethod.EXPERIMENTAL_TREE)
-        return out.total_loss, [tf.convert_to_tensor(g) for g in grads], out.new_mems
+        # Those sums (of a variable's several reads) come without a device, where a multi-worker all-reduce
+        # looks for its destination.
+        with tf.device(out.total_loss.device):
+            grads = [tf.identity(tf.convert_to_tensor(g)) for g in grads]
+        return out.total_loss, grads, out.new_mems
 
     def _replica_loss_and_grads(self, features, mems):
         """On one replica: its loss, the gradients averaged over all replicas, its next memories."""
