@@ -166,7 +166,7 @@ class Encoder:
             encoded = self._sp.encode(texts, out_type=int, num_threads=self._num_threads)
             lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
             flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=int(lengths.sum()))
-        hits = np.flatnonzero(self._digit_comma[flat])
+        hits = np.flatnonzero(np.take(self._digit_comma, flat))  # take: half the time of self._digit_comma[flat]
         if hits.size:
             line_of_hit = np.searchsorted(np.cumsum(lengths), hits, side="right")
             parts, start = [], 0
