@@ -36,13 +36,14 @@ def encode(examples):
     key_lengths = np.array([len(n) for n in names], dtype=np.int64)
     width = max(len(v) for ex in examples for v in ex.values())
     buf = np.zeros(len(examples) * records.max_record_bytes(width), dtype=np.uint8)
+    region = 9 * width + 3  # a non-negative int64 takes up to 9 varint bytes; put_varints' stores 3 past the end
+    begins = np.arange(len(names), dtype=np.int64) * region
     pos = 0
     for ex in examples:
-        values = np.zeros((len(names), width), dtype=np.int64)
-        for f, name in enumerate(names):
-            values[f, :len(ex[name])] = ex[name]
-        lengths = np.array([len(ex[n]) for n in names], dtype=np.int64)
-        pos = records.put_record(buf, pos, values, lengths, keys, key_lengths)
+        payloads = np.zeros(len(names) * region, dtype=np.uint8)
+        ends = np.array([records.put_varints(payloads, begin, np.array(ex[name], dtype=np.int64), 0, len(ex[name]))
+                         for begin, name in zip(begins, names)], dtype=np.int64)
+        pos = records.put_record(buf, pos, payloads, begins, ends, keys, key_lengths)
     return buf[:pos].tobytes()
 
 

@@ -74,6 +74,49 @@ def corpus_info(config: CreateConfig, vocab_size):
     }
 
 
+INPUT, IS_MASKED, TARGET, SEG_ID, LABEL = (records.FEATURES.index(name)
+                                          for name in ("input", "is_masked", "target", "seg_id", "label"))
+
+
+@compiled.jit(inline="always")
+def _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, after_a, after_b, label):
+    """Writes an example's features as varints (records.put_record's payloads) at `begins`; sets `ends`.
+
+    `ids` is the input: memory and A, <sep> at `a_sep`, B, <sep> at `b_sep`, <cls>; `after_a` and `after_b`
+    are the row's tokens after A and after B. The target is each input token's next one in the row: the
+    input shifted left by one, except that the tokens before the two <sep> are followed by `after_a` and
+    `after_b`, and the last <cls> by <cls>. So the target's varints are copies of the input's bytes with
+    those three put in between: 512 ids encoded once, not twice.
+    """
+    pos = records.put_varints(payloads, begins[INPUT], ids, 0, 1)
+    second_at = pos  # where the input's second varint begins; a_sep_at, b_at, b_sep_at likewise
+    pos = records.put_varints(payloads, pos, ids, 1, a_sep)
+    a_sep_at = pos
+    b_at = records.put_varints(payloads, pos, ids, a_sep, a_sep + 1)
+    b_sep_at = records.put_varints(payloads, b_at, ids, a_sep + 1, b_sep)
+    ends[INPUT] = records.put_varints(payloads, b_sep_at, ids, b_sep, ids.shape[0])
+
+    pos = records.copy_bytes(payloads, begins[TARGET], payloads, second_at, a_sep_at)
+    pos = records.put_varint(payloads, pos, after_a)
+    pos = records.copy_bytes(payloads, pos, payloads, b_at, b_sep_at)
+    pos = records.put_varint(payloads, pos, after_b)
+    pos = records.put_varint(payloads, pos, CLS_ID)
+    ends[TARGET] = records.put_varint(payloads, pos, CLS_ID)
+
+    # is_masked, seg_id and label are below 128: each value is its own varint byte. Written through views,
+    # indexed from 0: indices the compiler cannot tell are never negative made this loop 50x slower.
+    seq_len = ids.shape[0]
+    is_masked = payloads[begins[IS_MASKED]:begins[IS_MASKED] + seq_len]
+    seg_id = payloads[begins[SEG_ID]:begins[SEG_ID] + seq_len]
+    for k in range(seq_len):
+        is_masked[k] = mask[k]
+        seg_id[k] = 0 if k <= a_sep else 1 if k <= b_sep else 2  # memory, A, <sep>: 0; B, <sep>: 1; <cls>: 2
+    ends[IS_MASKED] = begins[IS_MASKED] + seq_len
+    ends[SEG_ID] = begins[SEG_ID] + seq_len
+    payloads[begins[LABEL]] = label
+    ends[LABEL] = begins[LABEL] + 1
+
+
 @compiled.jit()
 def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_steps, seq_len, reuse_len, goal_mem,
                  goal_ab, mask_alpha, mask_beta, word_spans, is_start, cdf, np_mt, py_mt,
@@ -88,9 +131,12 @@ def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_s
     num_rows = data.shape[0]
     row_len = data.shape[1]
     tot_len = seq_len - reuse_len - 3
-    values = np.zeros((5, seq_len), dtype=np.int64)
-    lengths = np.array([seq_len, seq_len, seq_len, seq_len, 1], dtype=np.int64)
+    ids = np.zeros(seq_len, dtype=data.dtype)
     mask = np.zeros(seq_len, dtype=np.bool_)
+    region = records.varints_bytes_bound(seq_len)  # each feature's varints in a region of its own
+    begins = np.arange(len(records.FEATURES)) * region
+    ends = begins.copy()
+    payloads = np.zeros(len(records.FEATURES) * region, dtype=np.uint8)
     pos = 0
     for step in range(max_steps):
         i = (first_step + step) * reuse_len
@@ -105,34 +151,32 @@ def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_s
                 row_len, bounds[bound_offsets[k]:bound_offsets[k + 1]], i + reuse_len, tot_len, py_mt)
             if not ok:
                 return step, step_start, True
-            inp, tgt, seg = values[0], values[2], values[3]
             n = 0
             for k in range(i, i + reuse_len):
-                inp[n], tgt[n], seg[n] = row[k], row[k + 1], 0
+                ids[n] = row[k]
                 n += 1
             for k in range(a_begin, a_end):
-                inp[n], tgt[n], seg[n] = row[k], row[k + 1], 0
+                ids[n] = row[k]
                 n += 1
-            inp[n], tgt[n], seg[n] = SEP_ID, row[b_begin], 0
+            a_sep = n
+            ids[n] = SEP_ID
             n += 1
             for k in range(b_begin, b_end):
-                inp[n], tgt[n], seg[n] = row[k], row[k + 1], 1
+                ids[n] = row[k]
                 n += 1
-            inp[n], tgt[n], seg[n] = SEP_ID, CLS_ID, 1
-            inp[n + 1], tgt[n + 1], seg[n + 1] = CLS_ID, CLS_ID, 2
+            b_sep = n
+            ids[n], ids[n + 1] = SEP_ID, CLS_ID
 
             for k in range(seq_len):  # not mask[:] = False: a slice assignment costs ~70 ns here
                 mask[k] = False
-            mem, ab = inp[:reuse_len], inp[reuse_len:]
+            mem, ab = ids[:reuse_len], ids[reuse_len:]
             mask_mem, mask_ab = mask[:reuse_len], mask[reuse_len:]
             sample_mask(mem[::direction], mask_mem[::direction], is_start, goal_mem, mask_alpha, mask_beta,
                         cdf, np_mt, word_spans)
             sample_mask(ab[::direction], mask_ab[::direction], is_start, goal_ab, mask_alpha, mask_beta,
                         cdf, np_mt, word_spans)
-            for k in range(seq_len):
-                values[1, k] = mask[k]
-            values[4, 0] = label
-            pos = records.put_record(buf, pos, values, lengths, keys, key_lengths)
+            _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, row[a_end], row[b_end], label)
+            pos = records.put_record(buf, pos, payloads, begins, ends, keys, key_lengths)
     return max_steps, pos, False
 
 
