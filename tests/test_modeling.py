@@ -233,32 +233,45 @@ def test_causal_mask(same_length):
     np.testing.assert_array_equal(mask, want)
 
 
-def test_gelu_is_the_tanh_approximation():
-    x = np.linspace(-4, 4, 41).astype(np.float32)
-    want = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-    np.testing.assert_allclose(M.gelu(tf.constant(x)).numpy(), want, atol=1e-6)
+def test_gelu_is_the_tanh_approximation_and_its_gradient_that_functions_derivative():
+    x = np.linspace(-4, 4, 41)
+    tanh = np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))
+    want = 0.5 * x * (1 + tanh)
+    slope = 0.5 * (1 + tanh) + 0.5 * x * (1 - tanh ** 2) * math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x ** 2)
+    upstream = np.linspace(0.5, 2, 41)
+    inputs = tf.constant(x, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        out = M.gelu(inputs)
+    np.testing.assert_allclose(out.numpy(), want, atol=1e-6)
+    np.testing.assert_allclose(tape.gradient(out, inputs, output_gradients=tf.constant(upstream, tf.float32)).numpy(),
+                               upstream * slope, atol=1e-6)
 
 
-def test_sparse_softmax_xent_is_logsumexp_minus_the_label_logit_and_its_gradient_softmax_minus_one_hot():
+def test_lm_loss_is_the_cross_entropy_of_the_tied_head_and_its_gradients_those_of_softmax_minus_one_hot():
     rng = np.random.RandomState(0)
-    logits = rng.randn(6, 50).astype(np.float32) * 4
-    logits[5, 0] = 200.0  # the label's probability underflows float32 (exp(-200)): the loss must stay exact
+    hidden, table = rng.randn(6, 8).astype(np.float32), rng.randn(50, 8).astype(np.float32)
+    bias = rng.randn(50).astype(np.float32)
+    hidden[5] = table[0] * 20  # row 5's label probability underflows float32: the loss must stay exact
     labels = np.array([3, 7, 0, 49, 12, 1], np.int32)
     weights = rng.rand(6).astype(np.float32)
-    x = tf.constant(logits)
+    x = [tf.constant(hidden), tf.constant(table), tf.constant(bias)]
     with tf.GradientTape() as tape:
         tape.watch(x)
-        loss = M.sparse_softmax_xent(x, tf.constant(labels))
+        loss = M.lm_loss(*x, tf.constant(labels))
         weighted = tf.reduce_sum(loss * weights)
-    grad = tape.gradient(weighted, x)
-    wide = logits.astype(np.float64)
-    top = wide.max(axis=1, keepdims=True)
-    logsumexp = top[:, 0] + np.log(np.exp(wide - top).sum(axis=1))
-    np.testing.assert_allclose(loss.numpy(), logsumexp - wide[np.arange(6), labels], rtol=1e-6, atol=1e-6)
-    assert loss.numpy()[5] > 190
-    want = np.exp(wide - logsumexp[:, None])
-    want[np.arange(6), labels] -= 1
-    np.testing.assert_allclose(grad.numpy(), want * weights[:, None], rtol=0, atol=1e-6)
+    d_hidden, d_table, d_bias = tape.gradient(weighted, x)
+    logits = hidden.astype(np.float64) @ table.T.astype(np.float64) + bias
+    top = logits.max(axis=1, keepdims=True)
+    logsumexp = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+    np.testing.assert_allclose(loss.numpy(), logsumexp - logits[np.arange(6), labels], rtol=1e-5, atol=1e-5)
+    assert loss.numpy()[5] > 100
+    d_logits = np.exp(logits - logsumexp[:, None])
+    d_logits[np.arange(6), labels] -= 1
+    d_logits *= weights[:, None]
+    np.testing.assert_allclose(d_hidden.numpy(), d_logits @ table, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d_table.numpy(), d_logits.T @ hidden, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(d_bias.numpy(), d_logits.sum(axis=0), rtol=1e-5, atol=1e-6)
 
 
 def test_memory_keeps_the_last_mem_len_of_the_reused_positions():

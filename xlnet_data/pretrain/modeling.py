@@ -119,35 +119,57 @@ class PLMOutput(NamedTuple):
 
 
 @tf.custom_gradient
-def sparse_softmax_xent(logits: tf.Tensor, labels: tf.Tensor):
-    """tf.nn.sparse_softmax_cross_entropy_with_logits of [rows, classes] logits, computed from one softmax.
+def lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, labels: tf.Tensor):
+    """Cross-entropy [rows] float32 of the LM head tied to the input embedding: the original's
+    sparse_softmax_cross_entropy_with_logits of the logits hidden [rows, d_model] x table [n_token, d_model]
+    transposed + bias, for labels [rows].
 
-    The fused op took 44 ms of a 590 ms step (its Eigen exp, on one core); the softmax (oneDNN's on CPUs)
-    takes a fifth of that. The loss is logsumexp - logit[label], with logsumexp = max + log(sum(exp(x - max)))
-    read off the softmax at the row's largest logit, x_max - log(p_max): p_max >= 1 / classes never
-    underflows, where log(p[label]) would for a very unlikely label (two reduce_max: argmax is 3x slower).
-    The gradient is softmax - one_hot.
+    The loss is logsumexp - logit[label], with logsumexp = max + log(sum(exp(x - max))) read off the softmax
+    at the row's largest logit, x_max - log(p_max): p_max >= 1 / n_token never underflows, where
+    log(p[label]) would for a very unlikely label (two reduce_max: argmax is 3x slower). The softmax is
+    oneDNN's on CPUs: the fused cross-entropy op took 44 ms of a 590 ms step (its Eigen exp), the softmax a
+    fifth of that. The gradient of the logits, upstream * (softmax - one_hot), is never formed: the row
+    scale goes onto the small operands of the three products (hidden, the product with the table, the
+    bias' row sum), which saves a pass over the [rows, n_token] matrix.
     """
+    logits = tf.cast(tf.nn.bias_add(tf.matmul(hidden, table, transpose_b=True), bias), tf.float32)
     prob = tf.nn.softmax(logits)
     at_label = tf.stack([tf.range(tf.shape(logits)[0]), labels], 1)
     logsumexp = tf.reduce_max(logits, axis=-1) - tf.math.log(tf.reduce_max(prob, axis=-1))
     loss = logsumexp - tf.gather_nd(logits, at_label)
 
     def grad(upstream):
-        return tf.tensor_scatter_nd_sub(prob * upstream[:, None], at_label, upstream), None
+        residual = tf.cast(tf.tensor_scatter_nd_sub(prob, at_label, tf.ones_like(upstream)), hidden.dtype)
+        scale = tf.cast(upstream, hidden.dtype)[:, None]
+        return (scale * tf.matmul(residual, table), tf.matmul(residual, scale * hidden, transpose_a=True),
+                tf.matmul(scale, residual, transpose_a=True)[0], None)
 
     return loss, grad
 
 
-def gelu(x: tf.Tensor) -> tf.Tensor:
-    """The original's GELU: the tanh approximation (not tf.nn.gelu's exact erf form).
+_SQRT_2_OVER_PI = float(np.sqrt(2 / np.pi))
+
+
+@tf.custom_gradient
+def gelu(x: tf.Tensor):
+    """The original's GELU: the tanh approximation (not tf.nn.gelu's exact erf form), with its derivative in
+    closed form.
 
     x * square(x), not tf.pow(x, 3): Pow is a general power on CPUs (it and its gradient's Pow took 12% of
     the step's op time in a profile) and Grappler no longer rewrites it (sum_in_graph_order turns off the
-    arithmetic optimizer, which did exactly this).
+    arithmetic optimizer, which did exactly this). The derivative, cdf + x/2 (1 - t^2) sqrt(2/pi) (1 +
+    3 * 0.044715 x^2) with t the forward pass's tanh, is 8 element-wise passes where differentiating the 9
+    of the forward pass took 15 (GELU was 7% of the step's op time, half of it the backward pass).
     """
-    cdf = 0.5 * (1.0 + tf.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * (x * tf.square(x)))))
-    return x * cdf
+    square = tf.square(x)
+    t = tf.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * square)))
+    cdf = 0.5 * (1.0 + t)
+
+    def grad(upstream):
+        slope = (0.5 * _SQRT_2_OVER_PI) + (1.5 * 0.044715 * _SQRT_2_OVER_PI) * square  # d(tanh's argument)/dx / 2
+        return upstream * (cdf + x * (1.0 - tf.square(t)) * slope)
+
+    return x * cdf, grad
 
 
 def variable_shapes(config: XLNetConfig) -> dict[str, tuple[int, ...]]:
@@ -221,11 +243,16 @@ def _rel_shift(x: tf.Tensor, klen: tf.Tensor) -> tf.Tensor:
 def _rel_shift_rows(x: tf.Tensor, positions: tf.Tensor, klen: tf.Tensor) -> tf.Tensor:
     """_rel_shift for queries at some positions only: x [bsz, n_head, num_predict, rlen] (rlen = klen +
     qlen) of the queries at positions [bsz, num_predict] -> [bsz, n_head, num_predict, klen]: query p
-    against key j is relative position column qlen - p + j."""
-    qlen = tf.shape(x)[-1] - klen
-    columns = (qlen - positions)[:, :, None] + tf.range(klen)[None, None, :]
-    rows = tf.gather(tf.transpose(x, [0, 2, 1, 3]), columns, axis=3, batch_dims=2)
-    return tf.transpose(rows, [0, 2, 1, 3])
+    against key j is relative position column qlen - p + j.
+
+    One gather from x flattened (its gradient one scatter): a gather along the last axis with batch
+    dimensions, and the transposes it needs, took 1.7x the time forward and backward.
+    """
+    shape = tf.shape(x)
+    rows, rlen = shape[0] * shape[1] * shape[2], shape[3]
+    columns = (rlen - klen - positions)[:, None, :, None] + tf.range(klen)  # [bsz, 1, num_predict, klen]
+    row_starts = tf.reshape(tf.range(rows) * rlen, tf.concat([shape[:3], [1]], 0))
+    return tf.gather(tf.reshape(x, [-1]), row_starts + columns)
 
 
 def _rows(mask: tf.Tensor, positions: tf.Tensor, bsz: tf.Tensor) -> tf.Tensor:
@@ -356,7 +383,7 @@ class XLNet(tf.Module):
             # bi_data: forward half of the batch against direction 0, backward half against direction 1.
             shape = tf.shape(q_r)
             q_r = tf.reshape(q_r, tf.concat([[2, shape[0] // 2], shape[1:]], 0))
-            bd = tf.reshape(tf.matmul(q_r, k_head_r[:, None], transpose_b=True),
+            bd = tf.reshape(tf.matmul(q_r, tf.expand_dims(k_head_r, 1), transpose_b=True),
                             tf.concat([shape[:3], [tf.shape(k_head_r)[2]]], 0))
         if positions is None:
             bd = _rel_shift(bd, klen)
@@ -370,9 +397,11 @@ class XLNet(tf.Module):
         if seg_mat is not None:
             # The original's einsum with a one-hot seg_mat, as same + seg_mat * (other - same): a
             # product whose gradient is a product and a sum (a tf.where's costs two full selects).
+            # `same` is added to every score of a query's row, which the softmax ignores: its gradient
+            # through that broadcast is zero but for rounding and is not computed (a sum over the keys).
             seg_embed = tf.transpose(self._w("transformer/seg_embed")[layer], [1, 2, 0])  # [n_head, d_head, 2]
             same, other = tf.unstack(tf.matmul(q_head + self._bias("r_s_bias", layer)[:, None], seg_embed), axis=-1)
-            score += same[..., None] + seg_mat * (other - same)[..., None]
+            score += tf.stop_gradient(same)[..., None] + seg_mat * (other - same)[..., None]
         score *= scale
         if attn_mask is not None:
             score -= 1e30 * attn_mask
@@ -539,15 +568,10 @@ class XLNet(tf.Module):
 
         output, new_mems = self.transformer(inp_k, seg_id=seg_id, mems=mems, perm_mask=perm_mask,
                                             target_mapping=target_mapping, inp_q=inp_q, training=training)
-        # LM head tied to the input embedding, plus its own bias; the softmax in
-        # float32 even under bfloat16.
-        # One 2-D matmul ([num_predict * bsz, d_model] x the table transposed): the einsum's gradient for the
-        # table took 1.7x its forward time in a profile of the step; a matmul's reads its operands transposed.
-        hidden = tf.reshape(output, [-1, self.config.d_model])
-        logits = tf.matmul(hidden, self._w("transformer/word_embedding/lookup_table"), transpose_b=True)
-        # bias_add, not +: its gradient is BiasAddGrad, not a broadcast Sum (1.5x faster in a profile).
-        logits = tf.cast(tf.nn.bias_add(logits, self._w("lm_loss/bias")), tf.float32)
-        loss = tf.reshape(sparse_softmax_xent(logits, tf.reshape(target, [-1])), tf.shape(target))
+        # The LM head, tied to the input embedding, plus its own bias; the softmax in float32 even under bfloat16.
+        loss = lm_loss(tf.reshape(output, [-1, self.config.d_model]), self._w("transformer/word_embedding/lookup_table"),
+                       self._w("lm_loss/bias"), tf.reshape(target, [-1]))
+        loss = tf.reshape(loss, tf.shape(target))
         total_loss = tf.reduce_sum(loss * target_mask) / tf.reduce_sum(target_mask)
         return PLMOutput(total_loss, tf.transpose(loss, [1, 0]), new_mems)
 
