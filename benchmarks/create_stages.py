@@ -110,6 +110,12 @@ def instrument():
     for owner, name, stage in STAGES:
         setattr(owner, name, _timed(stage, getattr(owner, name)))
     corpus._line_blocks = _timed_generator("read, decode lines", corpus._line_blocks)
+    buffer_batch = text._buffer_batch  # SentencePiece's call that the Encoder makes where it can
+
+    def timed_buffer_batch(sp):
+        encode = buffer_batch(sp)
+        return encode and _timed("SentencePiece encode", encode)
+    text._buffer_batch = timed_buffer_batch
 
 
 def measure(run, small, large, repeat):
