@@ -1,9 +1,9 @@
 """Throughput and memory of `create`, measured in one run against its yardsticks.
 
-    python benchmarks/bench_create.py [--size_mb=10] [--rss_mb=100] [--original=DIR] [--parts=...]
+    python benchmarks/bench_create.py [--size_mb=10] [--rss_mb=100] [--original=DIR] [--parts=...] [--core=0]
 
 For each configuration (seq_len 128, the seed blog's flags; seq_len 512, the paper's shape) it runs
-`create` in a subprocess pinned to one core (taskset) on corpora of `size_mb` and 2 x `size_mb`, and
+`create` in a subprocess pinned to one core (taskset -c CORE) on corpora of `size_mb` and 2 x `size_mb`, and
 reports the steady-state tokens/s: the difference of tokens over the difference of seconds, so that
 start-up (imports, model loading, compiled-code cache) cancels. The yardstick is SentencePiece
 encoding alone (read, strip, encode in batches), measured the same way on the same corpora; with
@@ -64,15 +64,18 @@ def make_corpus(directory, size_mb, source_files, num_files=4):
 
 
 CLOCK = {"name": "cpu"}  # --clock: what `seconds` means for the one-core figures
+CORE = {"one": "0"}  # --core: the core of the one-core figures
 
 
-def timed(cmd, env=None, cores="0", clock=None):
-    """(seconds, peak RSS in bytes, stdout+stderr) of one command, pinned to `cores` (taskset's list).
+def timed(cmd, env=None, cores=None, clock=None):
+    """(seconds, peak RSS in bytes, stdout+stderr) of one command, pinned to `cores` (taskset's list; None:
+    --core).
 
     seconds: the command's CPU time (user + system, its reaped children included) with the "cpu" clock,
     else wall time. On a shared machine the wall time of a pinned process counts its neighbours' time
     slices too; its CPU time does not.
     """
+    cores = CORE["one"] if cores is None else cores
     if cores:
         cmd = ["taskset", "-c", cores, *cmd]
     start = time.perf_counter()
@@ -87,7 +90,7 @@ def timed(cmd, env=None, cores="0", clock=None):
     return seconds, usage.ru_maxrss * 1024, output
 
 
-def run_create(input_glob, save_dir, flags, sp_path, workers=1, extra=(), cores="0", clock=None):
+def run_create(input_glob, save_dir, flags, sp_path, workers=1, extra=(), cores=None, clock=None):
     cmd = [sys.executable, "-m", "xlnet_data.create", f"--input_glob={input_glob}", f"--sp_path={sp_path}",
            f"--save_dir={save_dir}", f"--num_workers={workers}", "--overwrite", *flags, *extra]
     seconds, rss, output = timed(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), cores=cores, clock=clock)
@@ -153,11 +156,13 @@ def main():
     parser.add_argument("--parts", default="throughput,passes,rss,scaling", help="what to measure, comma-separated")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="seconds of the one-core figures: CPU time (default; robust on a shared machine) or wall")
+    parser.add_argument("--core", default="0", help="the core the one-core figures are pinned to (taskset -c)")
     parser.add_argument("--encode_only", nargs=2, metavar=("GLOB", "SP_PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.encode_only:
         return encode_only(*args.encode_only)
     CLOCK["name"] = args.clock
+    CORE["one"] = args.core
 
     books = sorted(Path(args.source).glob("*.txt"))
     if not books:
@@ -167,8 +172,8 @@ def main():
     large = make_corpus(work / "large", 2 * args.size_mb, books)
     out = work / "out"
     report = [f"corpora: {args.size_mb:g} MB and {2 * args.size_mb:g} MB from {args.source}; "
-              f"median of {args.repeat}; one core (taskset -c 0) unless said, {args.clock} time; scaling in wall time; "
-              f"{os.cpu_count()} CPUs", ""]
+              f"median of {args.repeat}; one core (taskset -c {args.core}) unless said, {args.clock} time; "
+              f"scaling in wall time; {os.cpu_count()} CPUs", ""]
 
     parts = args.parts.split(",")
     if "throughput" in parts:
@@ -247,7 +252,7 @@ def scaling(args, small, large, out):
     report = [""]
     for name, extra in (("2 tasks", ["--num_task=2"]), ("1 task of 4 passes", ["--num_passes=4"])):
         rates = {}
-        for workers, cores in ((1, "0"), (2, "0,1")):
+        for workers, cores in ((1, args.core), (2, "0,1")):
             def run_it(g, workers=workers, cores=cores, extra=extra):
                 return run_create(g, out, CONFIGS["seq_len 128"], args.sp_path, workers=workers, extra=extra,
                                   cores=cores, clock="wall")[::2]
