@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import gc
 import io
 import logging
 import shutil
@@ -100,15 +101,24 @@ STAGES = [  # (module, attribute, stage name): create's stages, outermost first
     (sentencepiece.SentencePieceProcessor, "encode", "SentencePiece encode"),
     (units, "run_unit", "unit rest: layout, record_info"),
     (token_cache, "read_stream", "token cache read back"),
+    (token_cache.EncodedTask, "stream", "stream from memory (one pass)"),
     (units, "row_boundaries", "sentence boundaries of the rows"),
     (units, "_write_steps", "pass: pairing, masking, records (compiled)"),
     (fileio, "write_array", "file writes (cache and records)"),
 ]
 
 
+def _garbage_collection(phase, info):
+    if phase == "start":
+        CLOCK._switch("Python's cyclic garbage collector")
+    else:
+        CLOCK._switch(None)
+
+
 def instrument():
     for owner, name, stage in STAGES:
         setattr(owner, name, _timed(stage, getattr(owner, name)))
+    gc.callbacks.append(_garbage_collection)
     corpus._line_blocks = _timed_generator("read, decode lines", corpus._line_blocks)
     buffer_batch = text._buffer_batch  # SentencePiece's call that the Encoder makes where it can
 
