@@ -159,8 +159,11 @@ class EncodedTask:
         for i in order:
             shard, self.shards[i] = self.shards[i], None
             end = pos + shard.num_tokens
-            np.concatenate(shard.ids, out=ids[pos:end])
-            shard.ids.clear()
+            at = pos
+            while shard.ids:  # released as copied: the file is never held twice
+                chunk = shard.ids.pop(0)
+                ids[at:at + chunk.size] = chunk
+                at += chunk.size
             _put_flags(sent_ids[pos:end], shard.sent_ids, prev_last)
             pos = end
             prev_last = bool(sent_ids[pos - 1])
