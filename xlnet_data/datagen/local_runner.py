@@ -1,11 +1,10 @@
 """The local runner: a plan's encode stage and units in parallel worker processes, with one progress line for all."""
 
 import collections
-import ctypes
 import logging
 import os
 
-from xlnet_data.common import workers
+from xlnet_data.common import memory, workers
 from xlnet_data.common.progress import Progress
 from xlnet_data.common.vocab import load_sentencepiece
 from xlnet_data.datagen import token_cache, units
@@ -13,20 +12,8 @@ from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import Plan
 
 
-def release_freed_memory_promptly():
-    """Makes glibc return freed blocks of 256 KiB and more to the OS at once (Linux only; a no-op elsewhere).
-
-    Without it glibc's adaptive threshold keeps the encoded chunks of a file in the heap after
-    the encode stage has written and released them, so the stream is held twice at the peak.
-    """
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass
-
-
 def _init_process():
-    release_freed_memory_promptly()
+    memory.release_large_blocks_promptly()
     logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(message)s")
 
 

@@ -24,7 +24,7 @@ from typing import Optional
 
 import numpy as np
 
-from xlnet_data.common import fileio, save_dir
+from xlnet_data.common import fileio, memory, save_dir
 from xlnet_data.datagen import corpus
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.text import Encoder
@@ -133,6 +133,8 @@ def encode_task(config: CreateConfig, task, files, key, sp, on_progress=None, en
                 fileio.write_array(out, packed)
                 offset += packed.size
             shards.append(entry)
+            del shard, flag_chunks
+            memory.return_freed_heap()
     index = {"format": CACHE_FORMAT, "task": task, "key": key, "files": list(files), "skipped_files": skipped,
              "shards": shards}
     save_dir.write_json(index_path, index)
@@ -160,14 +162,31 @@ class EncodedTask:
             shard, self.shards[i] = self.shards[i], None
             end = pos + shard.num_tokens
             at = pos
-            while shard.ids:  # released as copied: the file is never held twice
-                chunk = shard.ids.pop(0)
+            for chunk in _released(shard.ids):
                 ids[at:at + chunk.size] = chunk
                 at += chunk.size
-            _put_flags(sent_ids[pos:end], shard.sent_ids, prev_last)
+            _put_flags(sent_ids[pos:end], _released(shard.sent_ids), prev_last)
             pos = end
             prev_last = bool(sent_ids[pos - 1])
         return ids, sent_ids
+
+
+RETURN_EVERY_BYTES = 16 << 20  # freed chunks handed back to the system at least this often (see _released)
+
+
+def _released(chunks):
+    """Yields the arrays of the list `chunks`, taking each out of it, and hands their memory back to the
+    system every RETURN_EVERY_BYTES (and at the end), so that a file copied into the stream is held twice
+    by at most that much (each hand-back walks the heap: not after every chunk)."""
+    freed = 0
+    while chunks:
+        chunk = chunks.pop(0)
+        freed += chunk.nbytes
+        yield chunk
+        del chunk
+        if freed >= RETURN_EVERY_BYTES or not chunks:
+            memory.return_freed_heap()
+            freed = 0
 
 
 def encode_in_memory(config: CreateConfig, task, files, sp, on_progress=None, encode_threads=-1) -> EncodedTask:
