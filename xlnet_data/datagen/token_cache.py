@@ -9,7 +9,11 @@ reads it back in its own order. The cache is two files:
 - `tokens-{task}.{key}.json`: the index (each file's offsets, token and line counts), written last, so
   that its presence means the cache is complete.
 
-Both are written atomically. `key` hashes everything the ids depend on: the files (path, size,
+A task with one unit to run in a run (one pass) and no complete cache is encoded into memory instead
+(encode_in_memory) and its unit takes the stream from there: the same stream, without writing 4.1 bytes
+a token and reading them back.
+
+Both files are written atomically. `key` hashes everything the ids depend on: the files (path, size,
 modification time), the SentencePiece model's bytes and the encode flags, so a stale cache is never
 read; a re-run after a kill finds a complete cache and does not encode the task again. `create`
 removes the caches when the run completes (unless --keep_cache).
