@@ -1,9 +1,9 @@
 """Throughput and memory of `create`, measured in one run against its yardsticks.
 
-    python benchmarks/bench_create.py [--size_mb=10] [--rss_mb=100] [--original=DIR] [--parts=...]
+    python benchmarks/bench_create.py [--size_mb=10] [--rss_mb=100] [--original=DIR] [--parts=...] [--core=0]
 
 For each configuration (seq_len 128, the seed blog's flags; seq_len 512, the paper's shape) it runs
-`create` in a subprocess pinned to one core (taskset) on corpora of `size_mb` and 2 x `size_mb`, and
+`create` in a subprocess pinned to one core (taskset -c CORE) on corpora of `size_mb` and 2 x `size_mb`, and
 reports the steady-state tokens/s: the difference of tokens over the difference of seconds, so that
 start-up (imports, model loading, compiled-code cache) cancels. The yardstick is SentencePiece
 encoding alone (read, strip, encode in batches), measured the same way on the same corpora; with
@@ -17,8 +17,9 @@ round; a further pass costs ((t5 - t1) on the large corpus - (t5 - t1) on the sm
 for the difference in tokens, so start-up and any fixed cost of a unit cancel; reported per token
 and as a fraction of SentencePiece's seconds per token.
 
-`rss`: the peak RSS of one `create` on an `rss_mb` corpus, as bytes per token over a tiny run's RSS,
-and the size of its token cache on disk per token (kept with --keep_cache for the measurement).
+`rss`: the peak RSS of one `create` on an `rss_mb` corpus, as bytes per token over a tiny run's RSS
+(one pass: the task encoded in memory; and again with --keep_cache, through the token cache), and
+the size of the token cache on disk per token.
 `scaling`: the steady-state speed-up from one worker on one core to two workers on two cores, on two
 tasks of one pass, and on one task of four passes. Each figure is the median of `--repeat` runs.
 Output is a Markdown report (also for BENCHMARKS.md). The corpora are made from `--source`
@@ -64,15 +65,21 @@ def make_corpus(directory, size_mb, source_files, num_files=4):
 
 
 CLOCK = {"name": "cpu"}  # --clock: what `seconds` means for the one-core figures
+CORE = {"one": "0"}  # --core: the core of the one-core figures
 
 
-def timed(cmd, env=None, cores="0", clock=None):
-    """(seconds, peak RSS in bytes, stdout+stderr) of one command, pinned to `cores` (taskset's list).
+def timed(cmd, env=None, cores=None, clock=None):
+    """(seconds, peak RSS in bytes, stdout+stderr) of one command, pinned to `cores` (taskset's list; None:
+    --core).
 
     seconds: the command's CPU time (user + system, its reaped children included) with the "cpu" clock,
-    else wall time. On a shared machine the wall time of a pinned process counts its neighbours' time
-    slices too; its CPU time does not.
+    its user time alone with "user", else wall time. On a shared machine the wall time of a pinned process
+    counts its neighbours' time slices too; its CPU time does not. On a VM whose free memory goes back to
+    the host (free page reporting), a first touch of such memory costs system time that depends on what
+    ran before: "user" leaves that out (and the kernel's real work for the process too, such as copying
+    its writes to the page cache).
     """
+    cores = CORE["one"] if cores is None else cores
     if cores:
         cmd = ["taskset", "-c", cores, *cmd]
     start = time.perf_counter()
@@ -82,12 +89,14 @@ def timed(cmd, env=None, cores="0", clock=None):
     seconds = time.perf_counter() - start
     if (clock or CLOCK["name"]) == "cpu":
         seconds = usage.ru_utime + usage.ru_stime
+    elif (clock or CLOCK["name"]) == "user":
+        seconds = usage.ru_utime
     if status != 0:
         raise SystemExit(f"failed ({status}): {' '.join(cmd)}\n{output[-3000:]}")
     return seconds, usage.ru_maxrss * 1024, output
 
 
-def run_create(input_glob, save_dir, flags, sp_path, workers=1, extra=(), cores="0", clock=None):
+def run_create(input_glob, save_dir, flags, sp_path, workers=1, extra=(), cores=None, clock=None):
     cmd = [sys.executable, "-m", "xlnet_data.create", f"--input_glob={input_glob}", f"--sp_path={sp_path}",
            f"--save_dir={save_dir}", f"--num_workers={workers}", "--overwrite", *flags, *extra]
     seconds, rss, output = timed(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), cores=cores, clock=clock)
@@ -151,13 +160,16 @@ def main():
     parser.add_argument("--source", default=str(ROOT / "sample_corpus"),
                         help="folder of .txt books the corpora are built from")
     parser.add_argument("--parts", default="throughput,passes,rss,scaling", help="what to measure, comma-separated")
-    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
-                        help="seconds of the one-core figures: CPU time (default; robust on a shared machine) or wall")
+    parser.add_argument("--clock", choices=("cpu", "user", "wall"), default="cpu",
+                        help="seconds of the one-core figures: CPU time (default; robust on a shared machine), user "
+                             "time alone (see timed()), or wall")
+    parser.add_argument("--core", default="0", help="the core the one-core figures are pinned to (taskset -c)")
     parser.add_argument("--encode_only", nargs=2, metavar=("GLOB", "SP_PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.encode_only:
         return encode_only(*args.encode_only)
     CLOCK["name"] = args.clock
+    CORE["one"] = args.core
 
     books = sorted(Path(args.source).glob("*.txt"))
     if not books:
@@ -167,8 +179,8 @@ def main():
     large = make_corpus(work / "large", 2 * args.size_mb, books)
     out = work / "out"
     report = [f"corpora: {args.size_mb:g} MB and {2 * args.size_mb:g} MB from {args.source}; "
-              f"median of {args.repeat}; one core (taskset -c 0) unless said, {args.clock} time; scaling in wall time; "
-              f"{os.cpu_count()} CPUs", ""]
+              f"median of {args.repeat}; one core (taskset -c {args.core}) unless said, {args.clock} time; "
+              f"scaling in wall time; {os.cpu_count()} CPUs", ""]
 
     parts = args.parts.split(",")
     if "throughput" in parts:
@@ -232,13 +244,15 @@ def peak_rss(args, work, out, books):
     tiny = make_corpus(work / "tiny", 0.2, books, num_files=1)
     base_rss = statistics.median(run_create(tiny, out, flags, args.sp_path)[1] for _ in range(args.repeat))
     big = make_corpus(work / "big", args.rss_mb, books, num_files=1)
-    seconds, rss, tokens = run_create(big, out, flags, args.sp_path, extra=["--keep_cache"])
+    seconds, rss, tokens = run_create(big, out, flags, args.sp_path)  # one pass: encoded in memory
+    _, cache_rss, _ = run_create(big, out, flags, args.sp_path, extra=["--keep_cache"])  # through the token cache
     cache = out / "token_cache"
     cache_bytes = sum(p.stat().st_size for p in cache.iterdir())
     shutil.rmtree(cache)
     return ["", f"peak RSS, one {args.rss_mb:g} MB file (seq_len 128): {rss / 2**20:,.0f} MiB for {tokens:,} "
                 f"tokens; a 0.2 MB run: {base_rss / 2**20:,.0f} MiB; growth {(rss - base_rss) / tokens:.2f} "
-                f"bytes/token ({seconds:.1f} s); token cache on disk {cache_bytes / tokens:.3f} bytes/token"]
+                f"bytes/token ({seconds:.1f} s); with --keep_cache (the encode stage, then the pass from the cache) "
+                f"{(cache_rss - base_rss) / tokens:.2f}; token cache on disk {cache_bytes / tokens:.3f} bytes/token"]
 
 
 def scaling(args, small, large, out):
@@ -247,7 +261,7 @@ def scaling(args, small, large, out):
     report = [""]
     for name, extra in (("2 tasks", ["--num_task=2"]), ("1 task of 4 passes", ["--num_passes=4"])):
         rates = {}
-        for workers, cores in ((1, "0"), (2, "0,1")):
+        for workers, cores in ((1, args.core), (2, "0,1")):
             def run_it(g, workers=workers, cores=cores, extra=extra):
                 return run_create(g, out, CONFIGS["seq_len 128"], args.sp_path, workers=workers, extra=extra,
                                   cores=cores, clock="wall")[::2]

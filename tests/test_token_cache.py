@@ -69,6 +69,30 @@ def test_read_stream_equals_the_files_concatenated_at_any_bit_offset(tmp_path, s
     assert os.path.getsize(data_path) <= 4 * tokens + tokens / 8 + len(order)  # ids, packed flags, padding
 
 
+def test_a_task_encoded_in_memory_gives_the_stream_and_counts_of_its_cache(tmp_path, sample_spm):
+    """A task's one unit takes its stream from memory (token_cache.EncodedTask): the same as the cache's, for
+    files of odd sizes and one without tokens, in any order."""
+    import sentencepiece as spm
+    rng = np.random.default_rng(1)
+    files = []
+    for i in range(4):
+        id_file(tmp_path / f"f{i}.txt", [rng.integers(0, 1000, rng.integers(1, 9)).tolist()
+                                         for _ in range(rng.integers(20, 60))])
+        files.append(str(tmp_path / f"f{i}.txt"))
+    (tmp_path / "empty.txt").write_text("\n\n")
+    files.insert(2, str(tmp_path / "empty.txt"))
+    config, key = encode(tmp_path, sample_spm, files, use_eod=False)
+    index = token_cache.read_index(config, 0, key)
+    for order in ([0, 1, 2, 3], [3, 1, 0, 2], [2, 3, 1, 0]):
+        encoded = token_cache.encode_in_memory(config, 0, files, spm.SentencePieceProcessor(model_file=sample_spm))
+        assert encoded.index.skipped_files == index.skipped_files == 1
+        assert encoded.index.shards == [{k: v for k, v in shard.items() if not k.endswith("_offset")}
+                                        for shard in index.shards]
+        ids, flags = encoded.stream(order)
+        want_ids, want_flags = token_cache.read_stream(config, index, order)
+        assert ids.tolist() == want_ids.tolist() and flags.tolist() == want_flags.tolist()
+
+
 def test_a_changed_file_model_or_flag_gives_another_key_and_a_found_cache_is_not_encoded_again(tmp_path, sample_spm,
                                                                                                 caplog):
     id_file(tmp_path / "a.txt", [[1, 2], [3]])
@@ -129,3 +153,16 @@ def test_keep_cache_keeps_it_and_a_later_run_uses_it(one_worker, tmp_path):
     assert again.stderr.count("token cache found") == 2 and "into its token cache" not in again.stderr
     assert_same_records(one_worker, tmp_path)
     assert not (tmp_path / "token_cache").exists()
+
+
+@needs_shared
+def test_a_one_pass_run_encodes_in_memory_and_writes_what_the_cache_gives(tmp_path):
+    flags = [f for f in golden_flags(MULTI_PASS) if not f.startswith("--num_passes")] + ["--num_task=2"]
+    runs = {}
+    for name, extra in (("memory", []), ("cache", ["--keep_cache"])):
+        runs[name] = run_module("xlnet_data.create", *flags, f"--save_dir={tmp_path / name}", *extra, cwd=MULTI_PASS)
+        assert runs[name].returncode == 0, runs[name].stderr
+    assert runs["memory"].stderr.count("in memory, for its one unit") == 2 and "token cache" not in runs["memory"].stderr
+    assert not (tmp_path / "memory" / "token_cache").exists()
+    assert runs["cache"].stderr.count("into its token cache") == 2 and (tmp_path / "cache" / "token_cache").exists()
+    assert_same_records(tmp_path / "memory", tmp_path / "cache")

@@ -60,7 +60,7 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
                 results = run_beam(config, plan, beam_args)
             else:
                 from xlnet_data.datagen.local_runner import run_local
-                results = run_local(config, plan, num_workers=num_workers)
+                results = run_local(config, plan, num_workers=num_workers, keep_cache=keep_cache)
         except BaseException:
             # The workers are gone (a signal, a failed unit): under the lock every temporary file of a
             # save_dir output is this run's, even one whose worker died before it could remove it.

@@ -1,10 +1,10 @@
 """The local runner: a plan's encode stage and units in parallel worker processes, with one progress line for all."""
 
-import ctypes
+import collections
 import logging
 import os
 
-from xlnet_data.common import workers
+from xlnet_data.common import memory, workers
 from xlnet_data.common.progress import Progress
 from xlnet_data.common.vocab import load_sentencepiece
 from xlnet_data.datagen import token_cache, units
@@ -12,38 +12,43 @@ from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import Plan
 
 
-def release_freed_memory_promptly():
-    """Makes glibc return freed blocks of 256 KiB and more to the OS at once (Linux only; a no-op elsewhere).
-
-    Without it glibc's adaptive threshold keeps the encoded chunks of a file in the heap after
-    the encode stage has written and released them, so the stream is held twice at the peak.
-    """
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass
-
-
 def _init_process():
-    release_freed_memory_promptly()
+    memory.release_large_blocks_promptly()
     logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(message)s")
+
+
+def _report_progress(lines, tokens, nbytes):
+    workers.report(lines, tokens, 0, nbytes)
+
+
+def _report_records(records):
+    workers.report(0, 0, records, 0)
 
 
 def _encode_task(config, task, files, key, encode_threads):
     sp = load_sentencepiece(config.sp_path)
     return token_cache.encode_task(config, task, files, key, sp, encode_threads=encode_threads,
-                                   on_progress=lambda lines, tokens, nbytes: workers.report(lines, tokens, 0, nbytes))
+                                   on_progress=_report_progress)
 
 
 def _run_unit(config, unit, key):
     sp = load_sentencepiece(config.sp_path)
-    return units.run_unit(config, unit, key, sp, on_records=lambda records: workers.report(0, 0, records, 0))
+    return units.run_unit(config, unit, key, sp, on_records=_report_records)
 
 
-def run_local(config: CreateConfig, plan: Plan, num_workers=None):
+def _encode_and_run_unit(config, unit, files, key, encode_threads):
+    """A task's only unit, from its files encoded in memory (no token cache: see token_cache.EncodedTask)."""
+    sp = load_sentencepiece(config.sp_path)
+    encoded = token_cache.encode_in_memory(config, unit.task, files, sp, encode_threads=encode_threads,
+                                           on_progress=_report_progress)
+    return units.run_unit(config, unit, key, sp, on_records=_report_records, encoded=encoded)
+
+
+def run_local(config: CreateConfig, plan: Plan, num_workers=None, keep_cache=False):
     """Runs the plan, `num_workers` processes at a time (default: the CPU count): first the encode stage (each
     task with units to run, SentencePiece's threads sharing out the cores), then the (task, pass) units.
-    Returns their UnitResults."""
+    A task with one unit to run and no complete token cache (a run of one pass) is encoded and run as one
+    job, in memory, unless `keep_cache` asks for the cache. Returns their UnitResults."""
     todo = plan.units
     if not todo:
         return []
@@ -51,8 +56,14 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     num_workers = min(len(todo), num_workers or cores)
     encode_jobs = plan.encode_jobs()
     encode_threads = max(1, cores // max(1, min(num_workers, len(encode_jobs))))
-    encode_jobs = [(config, task, files, key, encode_threads) for task, files, key in encode_jobs]
-    unit_jobs = [(config, unit, plan.token_caches[unit.task]) for unit, _ in todo]
+    units_of_task = collections.Counter(unit.task for unit, _ in todo)
+    inputs = {task: (files, key) for task, files, key in encode_jobs}
+    in_memory = set() if keep_cache else {task for task, (_, key) in inputs.items()
+                                          if units_of_task[task] == 1 and token_cache.read_index(config, task, key) is None}
+    single_jobs = [(config, unit, *inputs[unit.task], encode_threads) for unit, _ in todo if unit.task in in_memory]
+    encode_jobs = [(config, task, files, key, encode_threads) for task, (files, key) in inputs.items()
+                   if task not in in_memory]
+    unit_jobs = [(config, unit, plan.token_caches[unit.task]) for unit, _ in todo if unit.task not in in_memory]
     progress = Progress(plan.input_bytes)
     counts = [0, 0, 0, 0]  # lines, tokens, records, bytes read
     done = []
@@ -66,12 +77,16 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
         if num_workers == 1:
             _init_process()
             with workers.reporting_to(on_counts):
+                for job in single_jobs:
+                    done.append(_encode_and_run_unit(*job))
                 for job in encode_jobs:
                     _encode_task(*job)
                 for job in unit_jobs:
                     done.append(_run_unit(*job))
         else:
             with workers.Workers(num_workers, initializer=_init_process) as pool:
+                pool.run(_encode_and_run_unit, single_jobs, on_done=lambda index, result: done.append(result),
+                         on_counts=on_counts)
                 pool.run(_encode_task, encode_jobs, on_done=lambda index, result: None, on_counts=on_counts)
                 pool.run(_run_unit, unit_jobs, on_done=lambda index, result: done.append(result), on_counts=on_counts)
     finally:

@@ -9,7 +9,11 @@ reads it back in its own order. The cache is two files:
 - `tokens-{task}.{key}.json`: the index (each file's offsets, token and line counts), written last, so
   that its presence means the cache is complete.
 
-Both are written atomically. `key` hashes everything the ids depend on: the files (path, size,
+A task with one unit to run in a run (one pass) and no complete cache is encoded into memory instead
+(encode_in_memory) and its unit takes the stream from there: the same stream, without writing 4.1 bytes
+a token and reading them back.
+
+Both files are written atomically. `key` hashes everything the ids depend on: the files (path, size,
 modification time), the SentencePiece model's bytes and the encode flags, so a stale cache is never
 read; a re-run after a kill finds a complete cache and does not encode the task again. `create`
 removes the caches when the run completes (unless --keep_cache).
@@ -24,7 +28,7 @@ from typing import Optional
 
 import numpy as np
 
-from xlnet_data.common import fileio, save_dir
+from xlnet_data.common import fileio, memory, save_dir
 from xlnet_data.datagen import corpus
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.text import Encoder
@@ -90,6 +94,24 @@ def _packed(flag_chunks):
         yield np.packbits(rest)
 
 
+def _encoded_shards(config: CreateConfig, files, sp, on_progress, encode_threads):
+    """Each file's corpus.Shard in file order, or None for a file without tokens (warned about)."""
+    encoder = Encoder(sp, encode_threads) if config.from_raw_text else None
+    for path in files:
+        shard = corpus.read_shard(path, encoder, from_raw_text=config.from_raw_text, uncased=config.uncased,
+                                  use_eod=config.use_eod, vocab_size=sp.get_piece_size(), strict=config.strict,
+                                  allow_binary=config.allow_binary, on_progress=on_progress)
+        if shard is None:
+            log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)
+        yield shard
+
+
+def _entry(shard):
+    """A shard's entry of the index, its offsets in the cache file apart."""
+    return {"path": shard.path, "tokens": shard.num_tokens, "lines": shard.stats.lines,
+            "invalid_utf8_lines": shard.stats.invalid_utf8_lines}
+
+
 def encode_task(config: CreateConfig, task, files, key, sp, on_progress=None, encode_threads=-1) -> EncodeResult:
     """Writes the task's token cache unless a complete one exists under `key`."""
     found = read_index(config, task, key)
@@ -98,19 +120,13 @@ def encode_task(config: CreateConfig, task, files, key, sp, on_progress=None, en
         return EncodeResult(task, encoded=False, tokens=found.tokens)
     data_path, index_path = save_dir.token_cache_paths(config.save_dir, task, key)
     fileio.makedirs(os.path.dirname(data_path))
-    encoder = Encoder(sp, encode_threads) if config.from_raw_text else None
     shards, skipped, offset = [], 0, 0
     with fileio.atomic_write(data_path) as out:
-        for path in files:
-            shard = corpus.read_shard(path, encoder, from_raw_text=config.from_raw_text, uncased=config.uncased,
-                                      use_eod=config.use_eod, vocab_size=sp.get_piece_size(), strict=config.strict,
-                                      allow_binary=config.allow_binary, on_progress=on_progress)
+        for shard in _encoded_shards(config, files, sp, on_progress, encode_threads):
             if shard is None:
-                log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)
                 skipped += 1
                 continue
-            entry = {"path": path, "tokens": shard.num_tokens, "lines": shard.stats.lines,
-                     "invalid_utf8_lines": shard.stats.invalid_utf8_lines, "ids_offset": offset}
+            entry = {**_entry(shard), "ids_offset": offset}
             flag_chunks = []
             while shard.ids:  # released as written: the file is never held twice
                 fileio.write_array(out, shard.ids.pop(0).astype("<i4", copy=False))
@@ -121,12 +137,81 @@ def encode_task(config: CreateConfig, task, files, key, sp, on_progress=None, en
                 fileio.write_array(out, packed)
                 offset += packed.size
             shards.append(entry)
+            del shard, flag_chunks
+            memory.return_freed_heap()
     index = {"format": CACHE_FORMAT, "task": task, "key": key, "files": list(files), "skipped_files": skipped,
              "shards": shards}
     save_dir.write_json(index_path, index)
     tokens = sum(shard["tokens"] for shard in shards)
     log.info("task %d: %d files encoded (%d tokens) into its token cache", task, len(shards), tokens)
     return EncodeResult(task, encoded=True, tokens=tokens)
+
+
+@dataclasses.dataclass
+class EncodedTask:
+    """A task's files encoded and held in memory, for a task with one unit to run and no cache: its pass
+    takes the stream from here, without the round trip through the token cache (4.1 bytes a token written
+    to the page cache, read back and unpacked). The same ids and flags as the cache would give, and no more
+    memory: the stream is filled as the encoded files are released."""
+    index: CacheIndex  # shard entries without offsets
+    shards: list  # corpus.Shard of each entry
+
+    def stream(self, order):
+        """read_stream's (ids, sent_ids) with the shards in `order`; the shards are released as copied (so
+        the stream can be made once)."""
+        ids = np.empty(self.index.tokens, dtype=np.int32)
+        sent_ids = np.empty(self.index.tokens, dtype=bool)
+        pos, prev_last = 0, None
+        for i in order:
+            shard, self.shards[i] = self.shards[i], None
+            end = pos + shard.num_tokens
+            at = pos
+            for chunk in _released(shard.ids):
+                ids[at:at + chunk.size] = chunk
+                at += chunk.size
+            _put_flags(sent_ids[pos:end], _released(shard.sent_ids), prev_last)
+            pos = end
+            prev_last = bool(sent_ids[pos - 1])
+        return ids, sent_ids
+
+
+RETURN_EVERY_BYTES = 16 << 20  # freed chunks handed back to the system at least this often (see _released)
+
+
+def _released(chunks):
+    """Yields the arrays of the list `chunks`, taking each out of it, and hands their memory back to the
+    system every RETURN_EVERY_BYTES (and at the end), so that a file copied into the stream is held twice
+    by at most that much (each hand-back walks the heap: not after every chunk)."""
+    freed = 0
+    while chunks:
+        chunk = chunks.pop(0)
+        freed += chunk.nbytes
+        yield chunk
+        del chunk
+        if freed >= RETURN_EVERY_BYTES or not chunks:
+            memory.return_freed_heap()
+            freed = 0
+
+
+def encode_in_memory(config: CreateConfig, task, files, sp, on_progress=None, encode_threads=-1) -> EncodedTask:
+    """The task's files encoded as encode_task encodes them, held in memory (see EncodedTask)."""
+    shards = list(_encoded_shards(config, files, sp, on_progress, encode_threads))
+    kept = [shard for shard in shards if shard is not None]
+    encoded = EncodedTask(CacheIndex(task, "", [_entry(shard) for shard in kept], len(shards) - len(kept)), kept)
+    log.info("task %d: %d files encoded (%d tokens) in memory, for its one unit", task, len(kept), encoded.index.tokens)
+    return encoded
+
+
+def _put_flags(out, flag_pieces, prev_last):
+    """Writes a shard's flags (consecutive bool arrays) to `out`, inverted whole when its first flag equals
+    `prev_last` (the flag of the stream's token before it, None at the start), so that a sentence boundary
+    falls between files."""
+    pos, flip = 0, None
+    for flags in flag_pieces:
+        if flip is None:
+            flip = prev_last is not None and bool(flags[0]) == prev_last
+        np.logical_xor(flags, flip, out=out[pos:pos + flags.size])
+        pos += flags.size
 
 
 def _read_exactly(f, offset, out, what):
@@ -155,20 +240,20 @@ def read_stream(config: CreateConfig, index: CacheIndex, order):
     ids = np.empty(index.tokens, dtype=np.int32)
     sent_ids = np.empty(index.tokens, dtype=bool)
     pos, prev_last = 0, None
+
+    def flag_pieces(f, shard):
+        for begin in range(0, shard["tokens"], FLAG_PIECE_TOKENS):
+            count = min(FLAG_PIECE_TOKENS, shard["tokens"] - begin)
+            packed = np.empty((count + 7) // 8, dtype=np.uint8)
+            _read_exactly(f, shard["flags_offset"] + begin // 8, packed, data_path)
+            yield np.unpackbits(packed, count=count).view(bool)
+
     with fileio.open_read(data_path) as f:
         for i in order:
             shard = index.shards[i]
             end = pos + shard["tokens"]
             _read_exactly(f, shard["ids_offset"], ids[pos:end], data_path)
-            flip = None
-            for begin in range(0, shard["tokens"], FLAG_PIECE_TOKENS):
-                count = min(FLAG_PIECE_TOKENS, shard["tokens"] - begin)
-                packed = np.empty((count + 7) // 8, dtype=np.uint8)
-                _read_exactly(f, shard["flags_offset"] + begin // 8, packed, data_path)
-                flags = np.unpackbits(packed, count=count).view(bool)
-                if flip is None:
-                    flip = prev_last is not None and bool(flags[0]) == prev_last
-                np.logical_xor(flags, flip, out=sent_ids[pos + begin:pos + begin + count])
+            _put_flags(sent_ids[pos:end], flag_pieces(f, shard), prev_last)
             pos = end
             prev_last = bool(sent_ids[pos - 1])
     return ids, sent_ids

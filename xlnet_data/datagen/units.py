@@ -215,13 +215,14 @@ def record_settings(config: CreateConfig):
     return settings
 
 
-def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None) -> UnitResult:
-    """Creates one unit's tfrecords from its task's token cache, then its record_info JSON (last, so it
-    marks completion).
+def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
+             encoded: Optional[token_cache.EncodedTask] = None) -> UnitResult:
+    """Creates one unit's tfrecords from its task's token cache (or from `encoded`, the task encoded in
+    memory), then its record_info JSON (last, so it marks completion).
 
     record_info holds the original's keys (`filenames`, `num_batch`), `create_settings` and the unit's counts.
     """
-    index = token_cache.read_index(config, unit.task, cache_key)
+    index = encoded.index if encoded else token_cache.read_index(config, unit.task, cache_key)
     if index is None:
         raise token_cache.TokenCacheError(f"task {unit.task} pass {unit.pass_id}: its token cache is missing "
                                           f"from {config.save_dir}; run the same command again")
@@ -229,7 +230,8 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None) -
                         tokens=index.tokens, invalid_utf8_lines=sum(s["invalid_utf8_lines"] for s in index.shards),
                         skipped_files=index.skipped_files)
     random_state = np.random.RandomState(unit.seed)
-    ids, sent_ids = token_cache.read_stream(config, index, random_state.permutation(len(index.shards)))
+    order = random_state.permutation(len(index.shards))
+    ids, sent_ids = encoded.stream(order) if encoded else token_cache.read_stream(config, index, order)
     rows = layout.layout_rows(ids, sent_ids, config.bsz_per_host, config.num_core, config.bi_data)
     record_path, info_path = record_paths(config, unit)
     try:
