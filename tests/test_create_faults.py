@@ -125,8 +125,13 @@ def test_a_second_create_on_a_busy_save_dir_is_refused_naming_the_holder(tmp_pat
     save_dir = tmp_path / "out"
     first = start_create(create_args(sample_spm, big_corpus / "*.txt", save_dir, "--num_passes=3", "--num_workers=2"))
     wait_for_temporary(save_dir, first)
-    second = run_module("xlnet_data.create", *create_args(sample_spm, SAMPLE_CORPUS / "austen_emma.txt", save_dir,
-                                                          "--span_unit=word", "--num_workers=1"))
+    # Held still while the second run starts (it holds its lock): a fast first run could finish before.
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        second = run_module("xlnet_data.create", *create_args(sample_spm, SAMPLE_CORPUS / "austen_emma.txt", save_dir,
+                                                              "--span_unit=word", "--num_workers=1"))
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     assert second.returncode == 2
     assert error_lines(second.stderr) == second.stderr.strip().splitlines()[-1:]
     message = error_lines(second.stderr)[0]
