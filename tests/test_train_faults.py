@@ -173,6 +173,18 @@ def _popen_train(*args):
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
 
 
+def _wait_until_caught(process, signum, timeout=120):
+    """Returns once `process` handles `signum` itself (Linux: its SigCgt mask in /proc/PID/status)."""
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and time.monotonic() < deadline:
+        with open(f"/proc/{process.pid}/status") as status:
+            caught = int(next(line for line in status if line.startswith("SigCgt:")).split()[1], 16)
+        if caught >> (signum - 1) & 1:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"the process never set a handler for signal {signum}")
+
+
 def _signal_at_step(process, signum, step):
     """Sends `signum` once the log shows `step`; returns the finished run's (status, stderr)."""
     seen = []
@@ -224,7 +236,7 @@ def test_a_signal_saves_a_checkpoint_and_the_rerun_equals_an_uninterrupted_run(s
 def test_a_signal_before_the_first_step_is_one_line_and_saves_nothing(small_records, tmp_path):
     model_dir = tmp_path / "model"
     process = _popen_train(*_train_args(small_records, model_dir, "--train_steps=5"))
-    time.sleep(3)  # in TensorFlow's import or the model's building
+    _wait_until_caught(process, signal.SIGTERM)  # the command's handler is set: it is importing TensorFlow
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=300)
     line = _one_line(subprocess.CompletedProcess(process.args, process.returncode, "", stderr), "train", 143)
