@@ -1,10 +1,12 @@
 """Freed memory handed back to the operating system (glibc on Linux; no-ops elsewhere)."""
 
 import ctypes
+import functools
 
 MMAP_THRESHOLD = 4 << 20  # blocks of this size and more get pages of their own, returned when freed
 
 
+@functools.cache  # return_freed_heap is called every 16 MiB of a stream and after every file
 def _libc():
     try:
         return ctypes.CDLL("libc.so.6")
