@@ -23,6 +23,9 @@ _DATA_FLAGS = {
     "reuse_len": ("integer", "Tokens of the memory part (reused as memory by the next batch); usually seq_len/2."),
     "bi_data": ("bool", "Bidirectional data: half the rows are the others reversed."),
     "uncased": ("bool", "Lower-case the text before encoding."),
+    "keep_accents": ("bool", "Keep accents and every combining mark (no NFKD): the original's preprocess_text option; "
+                             "off, as the original, Thai tone marks, Indic viramas, kana voicing, Vietnamese tones... "
+                             "are stripped."),
     "mask_alpha": ("integer", "Span masking: a context of mask_alpha tokens ..."),
     "mask_beta": ("integer", "... holds about mask_beta masked tokens."),
     "num_predict": ("integer", "Masked tokens per example: num_predict - num_predict//2 in the memory part, "

@@ -26,6 +26,7 @@ class CreateConfig:
     seq_len: int = 512
     reuse_len: int = 256
     uncased: bool = True
+    keep_accents: bool = False  # the original's preprocess_text option: no NFKD, no combining mark dropped
     bi_data: bool = True
     mask_alpha: int = 6
     mask_beta: int = 1

@@ -149,7 +149,7 @@ def _parse_ids(path, number, line, vocab_size):
     return ids
 
 
-def _encode_block(lines, first, path, encoder, *, from_raw_text, uncased, use_eod, vocab_size):
+def _encode_block(lines, first, path, encoder, *, from_raw_text, uncased, keep_accents, use_eod, vocab_size):
     """Ids of a block of lines, the number of ids of each kept line, and which kept lines are text.
 
     Blank lines are kept (as one <eod>) only with `use_eod`.
@@ -158,7 +158,7 @@ def _encode_block(lines, first, path, encoder, *, from_raw_text, uncased, use_eo
     is_text = np.fromiter(map(bool, stripped), dtype=bool, count=len(stripped))
     texts = [s for s in stripped if s]
     if from_raw_text:
-        text_ids, text_lengths = encoder.encode_batch(preprocess_texts(texts, uncased))
+        text_ids, text_lengths = encoder.encode_batch(preprocess_texts(texts, uncased, keep_accents))
     else:
         numbers = [first + i for i in np.flatnonzero(is_text)]
         id_lists = [_parse_ids(path, number, text, vocab_size) for number, text in zip(numbers, texts)]
@@ -174,8 +174,8 @@ def _encode_block(lines, first, path, encoder, *, from_raw_text, uncased, use_eo
     return ids, lengths, is_text
 
 
-def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab_size, strict=False,
-               allow_binary=False, on_progress: Optional[Callable[[int, int, int], None]] = None):
+def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab_size, keep_accents=False,
+               strict=False, allow_binary=False, on_progress: Optional[Callable[[int, int, int], None]] = None):
     """Reads one file into a Shard, or None when it has no lines or no ids (the original skips the former
     and crashes on the latter). `on_progress(lines, tokens, bytes)` is called after every block of lines.
 
@@ -195,7 +195,8 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
                         path, first + long_lines[0], len(lines[long_lines[0]].strip()))
         stats.long_lines += len(long_lines)
         ids, lengths, is_text = _encode_block(lines, first, path, encoder, from_raw_text=from_raw_text,
-                                              uncased=uncased, use_eod=use_eod, vocab_size=vocab_size)
+                                              uncased=uncased, keep_accents=keep_accents, use_eod=use_eod,
+                                              vocab_size=vocab_size)
         # Text lines flip the flag once; a blank line's <eod> flips it twice, so it takes the flipped flag.
         flips_before = np.cumsum(is_text) - is_text
         flags = (np.bool_(sent_id) ^ (flips_before & 1).astype(bool)) ^ ~is_text

@@ -66,7 +66,7 @@ def _preprocess_ascii(lines, lower):
     return (text.lower() if lower else text).split("\n")
 
 
-def _preprocess_wide(lines, lower):
+def _preprocess_wide(lines, lower, keep_accents):
     """preprocess_texts of lines that are not ASCII: every step (Unicode whitespace, NBSP, U+2028, ...,
     only occur in them). Whitespace is collapsed only when the block has any to collapse: splitting and
     joining every line cost 7 ns a token, a search for each such character 1 ns."""
@@ -74,13 +74,15 @@ def _preprocess_wide(lines, lower):
     if "  " in text or any(space in text for space in _all_other_spaces()):
         text = "\n".join(_collapse_whitespace(lines))
     text = text.replace("``", '"').replace("''", '"')
-    text = _nfkd_without_combining(text)
+    if not keep_accents:
+        text = _nfkd_without_combining(text)
     return (text.lower() if lower else text).split("\n")
 
 
-def preprocess_texts(lines, lower):
+def preprocess_texts(lines, lower, keep_accents=False):
     """The original's `preprocess_text` of many stripped, non-empty lines: whitespace collapsed, `` and ''
-    to ", NFKD without combining marks, lower-cased if `lower`.
+    to ", NFKD without combining marks (unless `keep_accents`, the original's option of that name),
+    lower-cased if `lower`.
 
     The steps run on lines joined by "\n": each acts within a line (NFKD reorders only between starters,
     and "\n" is one; final-sigma lower-casing stops at it), so the result is line by line's. Most lines
@@ -95,12 +97,12 @@ def preprocess_texts(lines, lower):
         return _preprocess_ascii(lines, lower)
     wide_lines = [lines[i] for i in wide]
     if len(wide) == len(lines):
-        return _preprocess_wide(wide_lines, lower)
+        return _preprocess_wide(wide_lines, lower, keep_accents)
     narrow_lines = list(lines)
     for i in wide:
         narrow_lines[i] = ""
     out = _preprocess_ascii(narrow_lines, lower)
-    for i, line in zip(wide, _preprocess_wide(wide_lines, lower)):
+    for i, line in zip(wide, _preprocess_wide(wide_lines, lower, keep_accents)):
         out[i] = line
     return out
 

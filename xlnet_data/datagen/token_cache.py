@@ -69,7 +69,7 @@ def cache_key(config: CreateConfig, files) -> str:
         model = hashlib.sha256(f.read()).hexdigest()
     made_from = {"format": CACHE_FORMAT, "files": [[path, fileio.size(path), fileio.modified_ns(path)] for path in files],
                  "model": model, "from_raw_text": config.from_raw_text, "uncased": config.uncased,
-                 "use_eod": config.use_eod, "strict": config.strict}
+                 "keep_accents": config.keep_accents, "use_eod": config.use_eod, "strict": config.strict}
     return hashlib.sha256(json.dumps(made_from).encode()).hexdigest()[:16]
 
 
@@ -99,7 +99,8 @@ def _encoded_shards(config: CreateConfig, files, sp, on_progress, encode_threads
     encoder = Encoder(sp, encode_threads) if config.from_raw_text else None
     for path in files:
         shard = corpus.read_shard(path, encoder, from_raw_text=config.from_raw_text, uncased=config.uncased,
-                                  use_eod=config.use_eod, vocab_size=sp.get_piece_size(), strict=config.strict,
+                                  keep_accents=config.keep_accents, use_eod=config.use_eod,
+                                  vocab_size=sp.get_piece_size(), strict=config.strict,
                                   allow_binary=config.allow_binary, on_progress=on_progress)
         if shard is None:
             log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)

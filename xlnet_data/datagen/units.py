@@ -70,7 +70,7 @@ def corpus_info(config: CreateConfig, vocab_size):
         "seq_len": config.seq_len, "reuse_len": config.reuse_len, "uncased": config.uncased,
         "bi_data": config.bi_data, "mask_alpha": config.mask_alpha, "mask_beta": config.mask_beta,
         "num_predict": config.num_predict, "use_eod": config.use_eod, "sp_path": config.sp_path,
-        "input_glob": config.input_glob,
+        "input_glob": config.input_glob, "keep_accents": config.keep_accents,
     }
 
 
