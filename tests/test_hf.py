@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import unicodedata
 
 import numpy as np
 import pytest
@@ -371,38 +372,126 @@ def test_export_of_an_original_checkpoint_reads_its_tensors(tmp_path, sample_spm
 
 # ----- the tokenizer --------------------------------------------------------------------------------------
 
-def _corpus_lines():
-    lines = []
-    for path in sorted(SAMPLE_CORPUS.glob("*.txt")):
-        lines += [line for line in path.read_text().splitlines() if line.strip()]
-    return lines
+# Hand-written sentences in the scripts our users write, with the marks the original's stripping drops (Thai
+# vowels and tone marks, kana voicing, Hangul that NFKD splits into jamo, Vietnamese tones, Indic viramas and
+# vowel signs, Arabic harakat, Greek tonos and a final sigma, French and German accents), and `` '' quotes.
+LANGUAGE_LINES = {
+    "th": ["ภาษาไทยเป็นภาษาที่มีวรรณยุกต์ ผู้พูดต้องออกเสียงให้ถูกต้อง",
+           "เมื่อวานนี้ฉันไปตลาดน้ำกับครอบครัว และซื้อผลไม้สดมาหลายอย่าง",
+           "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย"],
+    "ja": ["パソコンが大好きです。毎日プログラムを書いています。",
+           "東京駅から新幹線に乗って、京都へ行きました。",
+           "日本語の文章には、ひらがな、カタカナ、漢字が混ざっています。"],
+    "ko": ["한국어는 한글로 적으며, 세종대왕이 만들었습니다.",
+           "오늘 날씨가 좋아서 친구들과 공원에서 산책했어요.",
+           "서울은 대한민국의 수도입니다."],
+    "zh": ["我们明天早上八点在北京火车站见面。",
+           "中文没有空格，所以分词是一个重要的问题。",
+           "这本书讲述了一个关于友谊和勇气的故事。"],
+    "vi": ["Tiếng Việt có dấu, và mỗi thanh điệu làm thay đổi nghĩa của từ.",
+           "Hôm qua tôi đã đi chợ Bến Thành với mẹ để mua trái cây.",
+           "Hà Nội là thủ đô của nước Cộng hòa Xã hội Chủ nghĩa Việt Nam."],
+    "hi": ["हिन्दी भारत की सबसे अधिक बोली जाने वाली भाषा है।",
+           "मैं कल सुबह दिल्ली से मुंबई के लिए ट्रेन पकड़ूँगा।",
+           "बच्चों ने स्कूल में एक सुंदर कविता पढ़ी।"],
+    "ta": ["தமிழ் உலகின் மிகப் பழமையான மொழிகளில் ஒன்றாகும்.",
+           "நேற்று நான் சென்னையில் என் நண்பரைச் சந்தித்தேன்.",
+           "இந்தப் புத்தகம் மிகவும் சுவாரசியமாக இருக்கிறது."],
+    "ar": ["اللغة العربية هي لغة رسمية في أكثر من عشرين دولة.",
+           "ذهبتُ إلى السوقِ صباحاً واشتريتُ خبزاً وفاكهة.",
+           "مَرْحَبًا بِكُمْ فِي مَدِينَتِنَا الجَمِيلَةِ."],
+    "el": ["Η ελληνική γλώσσα έχει τόνους και διαλυτικά, όπως στη λέξη «Ταΰγετος».",
+           "Χθες πήγαμε στην Αθήνα για να δούμε την Ακρόπολη.",
+           "ΟΔΟΣ ΠΑΝΕΠΙΣΤΗΜΙΟΥ: το άλφα είναι το πρώτο γράμμα του ελληνικού αλφαβήτου."],
+    "fr": ["Le café de la gare ouvre à sept heures, même le dimanche.",
+           "Où est passée la clé de la voiture ? Je l'ai cherchée partout.",
+           "Noël approche : les enfants écrivent leur lettre au père Noël."],
+    "de": ["Die Straße vor unserem Haus wird nächste Woche gesperrt.",
+           "Müller und Schröder fahren übermorgen gemeinsam nach Köln.",
+           "Ich hätte gern ein Stück Käsekuchen und einen großen Kaffee, sagte er ``leise''."],
+}
+# As typed, and decomposed (NFD: text from macOS, where Hangul and accents come as separate code points).
+TOKENIZER_LINES = [line for lines in LANGUAGE_LINES.values() for line in lines]
+TOKENIZER_LINES += [unicodedata.normalize("NFD", line) for line in TOKENIZER_LINES]
+SETTINGS = [(False, False), (False, True), (True, False), (True, True)]  # (uncased, keep_accents)
 
 
-def _check_tokenizer_matches_create(sp_path, uncased, directory):
-    from transformers import XLNetTokenizer
+def _create_ids(sp, lines, uncased, keep_accents):
+    """The ids create writes for the lines (its text step and encoder), one list per line."""
+    flat, lengths = Encoder(sp, num_threads=1).encode_batch(
+        preprocess_texts([line.strip() for line in lines], uncased, keep_accents))
+    return [ids.tolist() for ids in np.split(flat, np.cumsum(lengths)[:-1])]
+
+
+@pytest.fixture(scope="module")
+def language_spm(tmp_path_factory):
+    """A SentencePiece model of the sentences as create feeds them, in every setting, at character_coverage=1.0:
+    every mark is a piece."""
+    from xlnet_data.datagen import tokenizer
+    base = tmp_path_factory.mktemp("languages")
+    text = base / "languages.txt"
+    text.write_text("".join("\n".join(preprocess_texts(TOKENIZER_LINES, uncased, keep_accents)) + "\n"
+                            for uncased, keep_accents in SETTINGS))
+    return tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(
+        input_files=(str(text),), model_prefix=str(base / "languages"), vocab_size=600, character_coverage=1.0,
+        hard_vocab_limit=False, num_threads=1))
+
+
+def _write_tokenizer(directory, sp_path, uncased, keep_accents):
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in hf_tokenizer.tokenizer_files(str(sp_path), uncased, keep_accents).items():
+        (directory / name).write_bytes(content)
+    (directory / "config.json").write_text(json.dumps({"model_type": "xlnet"}))  # as an export's, for AutoTokenizer
+    return directory
+
+
+def _differing(lines, got, want):
+    return [line for line, ids, expected in zip(lines, got, want) if list(ids) != expected]
+
+
+@needs_transformers
+@pytest.mark.parametrize("uncased,keep_accents", SETTINGS)
+def test_tokenizer_gives_creates_pieces_in_eleven_languages(language_spm, uncased, keep_accents, tmp_path):
+    """tokenizer.json run by `tokenizers` itself, and AutoTokenizer of the directory (Transformers), give the
+    ids create writes; and the directory says which setting it holds."""
+    import tokenizers
+    from transformers import AutoTokenizer
 
     from xlnet_data.common.vocab import load_sentencepiece
 
-    for name, content in hf_tokenizer.tokenizer_files(str(sp_path), uncased).items():
-        (directory / name).write_bytes(content)
-    tokenizer = XLNetTokenizer.from_pretrained(str(directory))
-    assert tokenizer.do_lower_case == uncased
-    lines = _corpus_lines()
-    flat, lengths = Encoder(load_sentencepiece(str(sp_path)), num_threads=1).encode_batch(
-        preprocess_texts([line.strip() for line in lines], uncased))
-    expected = np.split(flat, np.cumsum(lengths)[:-1])
-    encoded = tokenizer(lines, add_special_tokens=False)["input_ids"]
-    differ = [line for line, ids, want in zip(lines, encoded, expected) if list(ids) != want.tolist()]
+    want = _create_ids(load_sentencepiece(language_spm), TOKENIZER_LINES, uncased, keep_accents)
+    assert not any(0 in ids for ids in want)  # no <unk>: every character is a piece
+    directory = _write_tokenizer(tmp_path, language_spm, uncased, keep_accents)
+    fast = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
+    got = [encoding.ids for encoding in fast.encode_batch(TOKENIZER_LINES, add_special_tokens=False)]
+    assert not _differing(TOKENIZER_LINES, got, want)
+    auto = AutoTokenizer.from_pretrained(str(directory))
+    got = auto(TOKENIZER_LINES, add_special_tokens=False)["input_ids"]
+    assert not _differing(TOKENIZER_LINES, got, want)
+    assert auto("Hello there.")["input_ids"][-2:] == [4, 3]  # XLNet's "... <sep> <cls>"
+    assert hf_tokenizer.tokenizer_settings(str(directory)) == {"uncased": uncased, "keep_accents": keep_accents}
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    assert (config["do_lower_case"], config["keep_accents"]) == (uncased, keep_accents)
+
+
+def _check_tokenizer_matches_create(sp_path, uncased, directory):
+    from transformers import AutoTokenizer
+
+    from xlnet_data.common.vocab import load_sentencepiece
+
+    tokenizer = AutoTokenizer.from_pretrained(str(_write_tokenizer(directory, sp_path, uncased, False)))
+    lines = [line for path in sorted(SAMPLE_CORPUS.glob("*.txt")) for line in path.read_text().splitlines()
+             if line.strip()]
+    expected = _create_ids(load_sentencepiece(str(sp_path)), lines, uncased, False)
+    differ = _differing(lines, tokenizer(lines, add_special_tokens=False)["input_ids"], expected)
     assert not differ, f"{len(differ)} of {len(lines)} lines differ, e.g. {differ[0]!r}"
-    # With special tokens: XLNet's "... <sep> <cls>" at the end.
-    assert tokenizer("Hello there.")["input_ids"][-2:] == [4, 3]
     return len(lines)
 
 
 @needs_transformers
 def test_tokenizer_of_the_export_encodes_as_create_uncased(trained, sample_spm, tmp_path):
     _, export_dir, _ = trained
-    assert json.loads((export_dir / "tokenizer_config.json").read_text())["do_lower_case"] is True
+    assert hf_tokenizer.tokenizer_settings(str(export_dir)) == {"uncased": True, "keep_accents": False}
     assert _check_tokenizer_matches_create(sample_spm, True, tmp_path) > 4000
 
 

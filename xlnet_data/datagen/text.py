@@ -32,6 +32,11 @@ def _is_combining():
                        count=sys.maxunicode + 1)
 
 
+def combining_code_points():
+    """The code points the original drops after NFKD, ascending (the Hugging Face export writes them as a regex)."""
+    return np.flatnonzero(_is_combining())
+
+
 def _collapse_whitespace(lines):
     return [" ".join(line.split()) for line in lines]
 
