@@ -311,6 +311,18 @@ def test_import_refuses_another_vocabulary_or_shape_in_one_line(trained, records
                                                                                "'▁the' in ") + r".*\.model",
         result.stderr.strip().splitlines()[-1])
 
+    # A tokenizer that keeps accents, records made without --keep_accents: the model learnt other pieces.
+    kept = tmp_path / "kept"
+    shutil.copytree(export_dir, kept)
+    (kept / "tokenizer.json").write_bytes(
+        hf_tokenizer.tokenizer_files(str(export_dir / "spiece.model"), True, True)["tokenizer.json"])
+    result = run_module("xlnet_data.train_gpu", *common, f"--init_checkpoint={kept}")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"train: error: --init_checkpoint={kept}: its tokenizer keeps accents (keep_accents=true), the records were "
+        f"made with keep_accents=false ({records}/corpus_info.json): the model learnt other pieces than these records "
+        "hold; use records made with create --keep_accents, or another model")
+
     result = run_module("xlnet_data.train_gpu", *common, f"--init_checkpoint={export_dir}", "--n_head=4")
     assert result.stderr.strip().splitlines()[-1] == (
         f"train: error: --n_head=4 contradicts --init_checkpoint={export_dir} (config.json): n_head=2")
@@ -340,6 +352,12 @@ def test_export_refuses_in_one_line(trained, tmp_path):
         ([f"--checkpoint={model_dir}", f"--sp_path={export_dir / 'spiece.model'}", f"--output_dir={tmp_path / 'c'}",
           "--xlnet_config=" + str(tmp_path / "nope.json")],
          rf"export_hf: error: --xlnet_config={tmp_path}/nope.json: no such file"),
+        # The records were made without --keep_accents (train_gpu wrote so in run_config.json).
+        ([f"--model_dir={model_dir}", f"--sp_path={export_dir / 'spiece.model'}", f"--output_dir={tmp_path / 'd'}",
+          "--keep_accents"],
+         re.escape(f"export_hf: error: --keep_accents contradicts the records the model was trained on: "
+                   f"keep_accents=false in {model_dir}/run_config.json; drop the flag (the tokenizer must normalise "
+                   "text as create did)")),
     ]
     if XLNET_SPM.is_file():
         cases.append(([f"--model_dir={model_dir}", f"--sp_path={XLNET_SPM}", f"--output_dir={tmp_path / 'a'}"],
@@ -349,7 +367,22 @@ def test_export_refuses_in_one_line(trained, tmp_path):
         result = run_module("xlnet_data.export_hf", *args)
         assert result.returncode == 2, (args, result.stderr)
         assert re.fullmatch(expected, result.stderr.strip().splitlines()[-1]), (args, result.stderr)
-    assert not (tmp_path / "a").exists()
+    assert not (tmp_path / "a").exists() and not (tmp_path / "d").exists()
+    run_config = json.loads((model_dir / "run_config.json").read_text())
+    assert (run_config["uncased"], run_config["keep_accents"]) == (True, False)  # the records' corpus_info.json
+
+
+def test_training_records_keep_accents_for_export(tmp_path):
+    """run_config.json's keep_accents is the records' (any of several); a corpus_info.json without the key (the
+    original's, or older ours) means the original's stripping."""
+    from xlnet_data.pretrain import training
+    dirs = []
+    for name, info in (("old", {"vocab_size": 1000}), ("kept", {"vocab_size": 1000, "keep_accents": True})):
+        (tmp_path / name / "tfrecords").mkdir(parents=True)
+        (tmp_path / name / "corpus_info.json").write_text(json.dumps(info))
+        dirs.append(str(tmp_path / name / "tfrecords"))
+    assert training._records_keep_accents(dirs[0]) is False
+    assert training._records_keep_accents(",".join(dirs)) is True
 
 
 def test_export_of_an_original_checkpoint_reads_its_tensors(tmp_path, sample_spm):
@@ -360,8 +393,11 @@ def test_export_of_an_original_checkpoint_reads_its_tensors(tmp_path, sample_spm
     checkpoints.save(str(tmp_path / "ckpt" / "model.ckpt"), model.weights)
     config.to_json(str(tmp_path / "ckpt" / "xlnet_config.json"))
     result = _ok(run_module("xlnet_data.export_hf", f"--checkpoint={tmp_path / 'ckpt' / 'model.ckpt'}",
-                            f"--sp_path={sample_spm}", f"--output_dir={tmp_path / 'out'}"))
+                            f"--sp_path={sample_spm}", f"--output_dir={tmp_path / 'out'}", "--keep_accents"))
     assert "bi_data=False" in result.stderr and "mem_len=None" in result.stderr  # no run_config.json: fine-tuning's
+    # and the tokenizer's settings are the flags'
+    assert "(cased, accents kept)" in result.stderr
+    assert hf_tokenizer.tokenizer_settings(str(tmp_path / "out")) == {"uncased": False, "keep_accents": True}
     tensors = hf.read_tensors(str(tmp_path / "out"))
     assert len(tensors) == len(hf.links(config))
     np.testing.assert_array_equal(tensors["transformer.layer.1.rel_attn.r_w_bias"],

@@ -17,7 +17,9 @@ Two rules of the original cannot be written exactly as a tokenizers pipeline. A 
 nats less likely, which gives the same pieces nearly always ("1,234,567," can still differ). And SentencePiece
 matches its table against the longest sequence at each position, `tokenizers` per grapheme: NFKC first makes
 them agree (Hangul jamo, Tamil two-part vowels, half-width kana with voicing marks compose as SentencePiece
-composes them).
+composes them). Measured against SentencePiece's own normalisation of create's text: the same on 10,785 lines
+in 20 scripts (as typed, NFC, NFD, NFKC, NFKD) in every setting; with --keep_accents, 0.4% of random strings
+that put marks after unrelated letters still differ.
 """
 
 import base64
@@ -34,8 +36,8 @@ TOKENIZER_FILES = ("spiece.model", "tokenizer.json", "tokenizer_config.json")
 _DIGIT_COMMA_PENALTY = 100.0
 # SentencePiece's piece types (sentencepiece_model.proto).
 _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED = 1, 2, 3, 4
-# SentencePiece's built-in rules whose table is NFKC (plus whitespace and control rules): composing with NFKC
-# first changes nothing SentencePiece would not (see the docstring). A custom rule (a TSV) gets no NFKC.
+# SentencePiece's built-in rules whose table is NFKC (plus whitespace and control rules): NFKC runs before
+# them (see the docstring). A custom rule (a TSV) gets no NFKC.
 _NFKC_RULES = ("nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf")
 # Python's str.lower maps a capital sigma that ends a word to final sigma; `tokenizers`' Lowercase does not. Its
 # rule (Final_Sigma): after a cased letter and case-ignorables, not before case-ignorables and a cased letter.
