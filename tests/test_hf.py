@@ -470,9 +470,12 @@ def language_spm(tmp_path_factory):
     text = base / "languages.txt"
     text.write_text("".join("\n".join(preprocess_texts(TOKENIZER_LINES, uncased, keep_accents)) + "\n"
                             for uncased, keep_accents in SETTINGS))
+    # Where spm_train normalises its text as create will, it must leave this text as it is: cased, accents kept.
+    as_is = {name: value for name, value in (("uncased", False), ("keep_accents", True))
+             if name in {field.name for field in dataclasses.fields(tokenizer.SpmTrainConfig)}}
     return tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(
         input_files=(str(text),), model_prefix=str(base / "languages"), vocab_size=600, character_coverage=1.0,
-        hard_vocab_limit=False, num_threads=1))
+        hard_vocab_limit=False, num_threads=1, **as_is))
 
 
 def _write_tokenizer(directory, sp_path, uncased, keep_accents):
