@@ -7,7 +7,8 @@ tokenizer_config.json); then XLNetLMHeadModel.from_pretrained("hf/my") and
 AutoTokenizer.from_pretrained("hf/my") load it, the tokenizer normalising text as create did
 (--uncased, --keep_accents: the records', through the training run's run_config.json). From the
 latest checkpoint of --model_dir, or a given --checkpoint (ours or an original TF1 one, with
---xlnet_config). Needs safetensors, not PyTorch or Transformers. train_gpu --init_checkpoint=hf/my reads such a directory back.
+--xlnet_config). Needs safetensors, not PyTorch or Transformers. train_gpu --init_checkpoint=hf/my
+reads such a directory back.
 """
 
 import dataclasses
