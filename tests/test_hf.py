@@ -515,6 +515,28 @@ def test_tokenizer_gives_creates_pieces_in_eleven_languages(language_spm, uncase
     assert (config["do_lower_case"], config["keep_accents"]) == (uncased, keep_accents)
 
 
+def test_tokenizer_settings_of_other_directories_and_the_records_check(tmp_path):
+    """Transformers' own XLNet tokenizer.json (NFKD + StripAccents), one without a tokenizer.json, none at all;
+    a corpus_info.json without keep_accents (the original's, older ours) means the original's stripping."""
+    converted = {"normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Replace", "pattern": {"String": "``"}, "content": '"'}, {"type": "NFKD"}, {"type": "StripAccents"},
+        {"type": "Precompiled", "precompiled_charsmap": ""}]}}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(converted))
+    assert hf_tokenizer.tokenizer_settings(str(tmp_path)) == {"uncased": False, "keep_accents": False}
+    (tmp_path / "tokenizer.json").unlink()
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "keep_accents": True}))
+    assert hf_tokenizer.tokenizer_settings(str(tmp_path)) == {"uncased": True, "keep_accents": True}
+    hf.check_tokenizer_fits_records(str(tmp_path), [("a/corpus_info.json", {"uncased": True, "keep_accents": True})],
+                                    "--init_checkpoint=x")
+    with pytest.raises(hf.HFFormatError, match=re.escape(
+            "--init_checkpoint=x: its tokenizer keeps accents (keep_accents=true), the records were made with "
+            "keep_accents=false (b/corpus_info.json)")):
+        hf.check_tokenizer_fits_records(str(tmp_path), [("b/corpus_info.json", {"uncased": True})], "--init_checkpoint=x")
+    (tmp_path / "tokenizer_config.json").unlink()
+    assert hf_tokenizer.tokenizer_settings(str(tmp_path)) is None
+    hf.check_tokenizer_fits_records(str(tmp_path), [("b/corpus_info.json", {})], "--init_checkpoint=x")  # no tokenizer
+
+
 def _check_tokenizer_matches_create(sp_path, uncased, directory):
     from transformers import AutoTokenizer
 
