@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import unicodedata
 
 import numpy as np
 import pytest
@@ -310,6 +311,18 @@ def test_import_refuses_another_vocabulary_or_shape_in_one_line(trained, records
                                                                                "'▁the' in ") + r".*\.model",
         result.stderr.strip().splitlines()[-1])
 
+    # A tokenizer that keeps accents, records made without --keep_accents: the model learnt other pieces.
+    kept = tmp_path / "kept"
+    shutil.copytree(export_dir, kept)
+    (kept / "tokenizer.json").write_bytes(
+        hf_tokenizer.tokenizer_files(str(export_dir / "spiece.model"), True, True)["tokenizer.json"])
+    result = run_module("xlnet_data.train_gpu", *common, f"--init_checkpoint={kept}")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"train: error: --init_checkpoint={kept}: its tokenizer keeps accents (keep_accents=true), the records were "
+        f"made with keep_accents=false ({records}/corpus_info.json): the model learnt other pieces than these records "
+        "hold; use records made with create --keep_accents, or another model")
+
     result = run_module("xlnet_data.train_gpu", *common, f"--init_checkpoint={export_dir}", "--n_head=4")
     assert result.stderr.strip().splitlines()[-1] == (
         f"train: error: --n_head=4 contradicts --init_checkpoint={export_dir} (config.json): n_head=2")
@@ -339,6 +352,12 @@ def test_export_refuses_in_one_line(trained, tmp_path):
         ([f"--checkpoint={model_dir}", f"--sp_path={export_dir / 'spiece.model'}", f"--output_dir={tmp_path / 'c'}",
           "--xlnet_config=" + str(tmp_path / "nope.json")],
          rf"export_hf: error: --xlnet_config={tmp_path}/nope.json: no such file"),
+        # The records were made without --keep_accents (train_gpu wrote so in run_config.json).
+        ([f"--model_dir={model_dir}", f"--sp_path={export_dir / 'spiece.model'}", f"--output_dir={tmp_path / 'd'}",
+          "--keep_accents"],
+         re.escape(f"export_hf: error: --keep_accents contradicts the records the model was trained on: "
+                   f"keep_accents=false in {model_dir}/run_config.json; drop the flag (the tokenizer must normalise "
+                   "text as create did)")),
     ]
     if XLNET_SPM.is_file():
         cases.append(([f"--model_dir={model_dir}", f"--sp_path={XLNET_SPM}", f"--output_dir={tmp_path / 'a'}"],
@@ -348,7 +367,24 @@ def test_export_refuses_in_one_line(trained, tmp_path):
         result = run_module("xlnet_data.export_hf", *args)
         assert result.returncode == 2, (args, result.stderr)
         assert re.fullmatch(expected, result.stderr.strip().splitlines()[-1]), (args, result.stderr)
-    assert not (tmp_path / "a").exists()
+    assert not (tmp_path / "a").exists() and not (tmp_path / "d").exists()
+    run_config = json.loads((model_dir / "run_config.json").read_text())
+    assert (run_config["uncased"], run_config["keep_accents"]) == (True, False)  # the records' corpus_info.json
+
+
+def test_training_records_keep_accents_for_export(tmp_path):
+    """run_config.json's keep_accents is the records' (any of several); a corpus_info.json without the key (the
+    original's, or older ours) means the original's stripping; no corpus_info.json, no key."""
+    from xlnet_data.pretrain import training
+    dirs = []
+    for name, info in (("old", {"vocab_size": 1000}), ("kept", {"vocab_size": 1000, "keep_accents": True})):
+        (tmp_path / name / "tfrecords").mkdir(parents=True)
+        (tmp_path / name / "corpus_info.json").write_text(json.dumps(info))
+        dirs.append(str(tmp_path / name / "tfrecords"))
+    assert training._records_keep_accents(dirs[0]) is False
+    assert training._records_keep_accents(",".join(dirs)) is True
+    (tmp_path / "bare").mkdir()
+    assert training._records_keep_accents(str(tmp_path / "bare")) is None  # not known: export_hf's flag decides
 
 
 def test_export_of_an_original_checkpoint_reads_its_tensors(tmp_path, sample_spm):
@@ -359,8 +395,11 @@ def test_export_of_an_original_checkpoint_reads_its_tensors(tmp_path, sample_spm
     checkpoints.save(str(tmp_path / "ckpt" / "model.ckpt"), model.weights)
     config.to_json(str(tmp_path / "ckpt" / "xlnet_config.json"))
     result = _ok(run_module("xlnet_data.export_hf", f"--checkpoint={tmp_path / 'ckpt' / 'model.ckpt'}",
-                            f"--sp_path={sample_spm}", f"--output_dir={tmp_path / 'out'}"))
+                            f"--sp_path={sample_spm}", f"--output_dir={tmp_path / 'out'}", "--keep_accents"))
     assert "bi_data=False" in result.stderr and "mem_len=None" in result.stderr  # no run_config.json: fine-tuning's
+    # and the tokenizer's settings are the flags'
+    assert "(cased, accents kept)" in result.stderr
+    assert hf_tokenizer.tokenizer_settings(str(tmp_path / "out")) == {"uncased": False, "keep_accents": True}
     tensors = hf.read_tensors(str(tmp_path / "out"))
     assert len(tensors) == len(hf.links(config))
     np.testing.assert_array_equal(tensors["transformer.layer.1.rel_attn.r_w_bias"],
@@ -371,38 +410,151 @@ def test_export_of_an_original_checkpoint_reads_its_tensors(tmp_path, sample_spm
 
 # ----- the tokenizer --------------------------------------------------------------------------------------
 
-def _corpus_lines():
-    lines = []
-    for path in sorted(SAMPLE_CORPUS.glob("*.txt")):
-        lines += [line for line in path.read_text().splitlines() if line.strip()]
-    return lines
+# Hand-written sentences in the scripts our users write, with the marks the original's stripping drops (Thai
+# vowels and tone marks, kana voicing, Hangul that NFKD splits into jamo, Vietnamese tones, Indic viramas and
+# vowel signs, Arabic harakat, Greek tonos and a final sigma, French and German accents), and `` '' quotes.
+LANGUAGE_LINES = {
+    "th": ["ภาษาไทยเป็นภาษาที่มีวรรณยุกต์ ผู้พูดต้องออกเสียงให้ถูกต้อง",
+           "เมื่อวานนี้ฉันไปตลาดน้ำกับครอบครัว และซื้อผลไม้สดมาหลายอย่าง",
+           "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย"],
+    "ja": ["パソコンが大好きです。毎日プログラムを書いています。",
+           "東京駅から新幹線に乗って、京都へ行きました。",
+           "日本語の文章には、ひらがな、カタカナ、漢字が混ざっています。"],
+    "ko": ["한국어는 한글로 적으며, 세종대왕이 만들었습니다.",
+           "오늘 날씨가 좋아서 친구들과 공원에서 산책했어요.",
+           "서울은 대한민국의 수도입니다."],
+    "zh": ["我们明天早上八点在北京火车站见面。",
+           "中文没有空格，所以分词是一个重要的问题。",
+           "这本书讲述了一个关于友谊和勇气的故事。"],
+    "vi": ["Tiếng Việt có dấu, và mỗi thanh điệu làm thay đổi nghĩa của từ.",
+           "Hôm qua tôi đã đi chợ Bến Thành với mẹ để mua trái cây.",
+           "Hà Nội là thủ đô của nước Cộng hòa Xã hội Chủ nghĩa Việt Nam."],
+    "hi": ["हिन्दी भारत की सबसे अधिक बोली जाने वाली भाषा है।",
+           "मैं कल सुबह दिल्ली से मुंबई के लिए ट्रेन पकड़ूँगा।",
+           "बच्चों ने स्कूल में एक सुंदर कविता पढ़ी।"],
+    "ta": ["தமிழ் உலகின் மிகப் பழமையான மொழிகளில் ஒன்றாகும்.",
+           "நேற்று நான் சென்னையில் என் நண்பரைச் சந்தித்தேன்.",
+           "இந்தப் புத்தகம் மிகவும் சுவாரசியமாக இருக்கிறது."],
+    "ar": ["اللغة العربية هي لغة رسمية في أكثر من عشرين دولة.",
+           "ذهبتُ إلى السوقِ صباحاً واشتريتُ خبزاً وفاكهة.",
+           "مَرْحَبًا بِكُمْ فِي مَدِينَتِنَا الجَمِيلَةِ."],
+    "el": ["Η ελληνική γλώσσα έχει τόνους και διαλυτικά, όπως στη λέξη «Ταΰγετος».",
+           "Χθες πήγαμε στην Αθήνα για να δούμε την Ακρόπολη.",
+           "ΟΔΟΣ ΠΑΝΕΠΙΣΤΗΜΙΟΥ: το άλφα είναι το πρώτο γράμμα του ελληνικού αλφαβήτου."],
+    "fr": ["Le café de la gare ouvre à sept heures, même le dimanche.",
+           "Où est passée la clé de la voiture ? Je l'ai cherchée partout.",
+           "Noël approche : les enfants écrivent leur lettre au père Noël."],
+    "de": ["Die Straße vor unserem Haus wird nächste Woche gesperrt.",
+           "Müller und Schröder fahren übermorgen gemeinsam nach Köln.",
+           "Ich hätte gern ein Stück Käsekuchen und einen großen Kaffee, sagte er ``leise''."],
+}
+# As typed, and decomposed (NFD: text from macOS, where Hangul and accents come as separate code points).
+TOKENIZER_LINES = [line for lines in LANGUAGE_LINES.values() for line in lines]
+TOKENIZER_LINES += [unicodedata.normalize("NFD", line) for line in TOKENIZER_LINES]
+SETTINGS = [(False, False), (False, True), (True, False), (True, True)]  # (uncased, keep_accents)
 
 
-def _check_tokenizer_matches_create(sp_path, uncased, directory):
-    from transformers import XLNetTokenizer
+def _create_ids(sp, lines, uncased, keep_accents):
+    """The ids create writes for the lines (its text step and encoder), one list per line."""
+    flat, lengths = Encoder(sp, num_threads=1).encode_batch(
+        preprocess_texts([line.strip() for line in lines], uncased, keep_accents))
+    return [ids.tolist() for ids in np.split(flat, np.cumsum(lengths)[:-1])]
+
+
+@pytest.fixture(scope="module")
+def language_spm(tmp_path_factory):
+    """A SentencePiece model of the sentences as create feeds them, in every setting, at character_coverage=1.0:
+    every mark is a piece."""
+    from xlnet_data.datagen import tokenizer
+    base = tmp_path_factory.mktemp("languages")
+    text = base / "languages.txt"
+    text.write_text("".join("\n".join(preprocess_texts(TOKENIZER_LINES, uncased, keep_accents)) + "\n"
+                            for uncased, keep_accents in SETTINGS))
+    # Where spm_train normalises its text as create will, it must leave this text as it is: cased, accents kept.
+    as_is = {name: value for name, value in (("uncased", False), ("keep_accents", True))
+             if name in {field.name for field in dataclasses.fields(tokenizer.SpmTrainConfig)}}
+    return tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(
+        input_files=(str(text),), model_prefix=str(base / "languages"), vocab_size=600, character_coverage=1.0,
+        hard_vocab_limit=False, num_threads=1, **as_is))
+
+
+def _write_tokenizer(directory, sp_path, uncased, keep_accents):
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in hf_tokenizer.tokenizer_files(str(sp_path), uncased, keep_accents).items():
+        (directory / name).write_bytes(content)
+    (directory / "config.json").write_text(json.dumps({"model_type": "xlnet"}))  # as an export's, for AutoTokenizer
+    return directory
+
+
+def _differing(lines, got, want):
+    return [line for line, ids, expected in zip(lines, got, want) if list(ids) != expected]
+
+
+@needs_transformers
+@pytest.mark.parametrize("uncased,keep_accents", SETTINGS)
+def test_tokenizer_gives_creates_pieces_in_eleven_languages(language_spm, uncased, keep_accents, tmp_path):
+    """tokenizer.json run by `tokenizers` itself, and AutoTokenizer of the directory (Transformers), give the
+    ids create writes; and the directory says which setting it holds."""
+    import tokenizers
+    from transformers import AutoTokenizer
 
     from xlnet_data.common.vocab import load_sentencepiece
 
-    for name, content in hf_tokenizer.tokenizer_files(str(sp_path), uncased).items():
-        (directory / name).write_bytes(content)
-    tokenizer = XLNetTokenizer.from_pretrained(str(directory))
-    assert tokenizer.do_lower_case == uncased
-    lines = _corpus_lines()
-    flat, lengths = Encoder(load_sentencepiece(str(sp_path)), num_threads=1).encode_batch(
-        preprocess_texts([line.strip() for line in lines], uncased))
-    expected = np.split(flat, np.cumsum(lengths)[:-1])
-    encoded = tokenizer(lines, add_special_tokens=False)["input_ids"]
-    differ = [line for line, ids, want in zip(lines, encoded, expected) if list(ids) != want.tolist()]
+    want = _create_ids(load_sentencepiece(language_spm), TOKENIZER_LINES, uncased, keep_accents)
+    assert not any(0 in ids for ids in want)  # no <unk>: every character is a piece
+    directory = _write_tokenizer(tmp_path, language_spm, uncased, keep_accents)
+    fast = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
+    got = [encoding.ids for encoding in fast.encode_batch(TOKENIZER_LINES, add_special_tokens=False)]
+    assert not _differing(TOKENIZER_LINES, got, want)
+    auto = AutoTokenizer.from_pretrained(str(directory))
+    got = auto(TOKENIZER_LINES, add_special_tokens=False)["input_ids"]
+    assert not _differing(TOKENIZER_LINES, got, want)
+    assert auto("Hello there.")["input_ids"][-2:] == [4, 3]  # XLNet's "... <sep> <cls>"
+    assert hf_tokenizer.tokenizer_settings(str(directory)) == {"uncased": uncased, "keep_accents": keep_accents}
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    assert (config["do_lower_case"], config["keep_accents"]) == (uncased, keep_accents)
+
+
+def test_tokenizer_settings_of_other_directories_and_the_records_check(tmp_path):
+    """Transformers' own XLNet tokenizer.json (NFKD + StripAccents), one without a tokenizer.json, none at all;
+    a corpus_info.json without keep_accents (the original's, older ours) means the original's stripping."""
+    converted = {"normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Replace", "pattern": {"String": "``"}, "content": '"'}, {"type": "NFKD"}, {"type": "StripAccents"},
+        {"type": "Precompiled", "precompiled_charsmap": ""}]}}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(converted))
+    assert hf_tokenizer.tokenizer_settings(str(tmp_path)) == {"uncased": False, "keep_accents": False}
+    (tmp_path / "tokenizer.json").unlink()
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "keep_accents": True}))
+    assert hf_tokenizer.tokenizer_settings(str(tmp_path)) == {"uncased": True, "keep_accents": True}
+    hf.check_tokenizer_fits_records(str(tmp_path), [("a/corpus_info.json", {"uncased": True, "keep_accents": True})],
+                                    "--init_checkpoint=x")
+    with pytest.raises(hf.HFFormatError, match=re.escape(
+            "--init_checkpoint=x: its tokenizer keeps accents (keep_accents=true), the records were made with "
+            "keep_accents=false (b/corpus_info.json)")):
+        hf.check_tokenizer_fits_records(str(tmp_path), [("b/corpus_info.json", {"uncased": True})], "--init_checkpoint=x")
+    (tmp_path / "tokenizer_config.json").unlink()
+    assert hf_tokenizer.tokenizer_settings(str(tmp_path)) is None
+    hf.check_tokenizer_fits_records(str(tmp_path), [("b/corpus_info.json", {})], "--init_checkpoint=x")  # no tokenizer
+
+
+def _check_tokenizer_matches_create(sp_path, uncased, directory):
+    from transformers import AutoTokenizer
+
+    from xlnet_data.common.vocab import load_sentencepiece
+
+    tokenizer = AutoTokenizer.from_pretrained(str(_write_tokenizer(directory, sp_path, uncased, False)))
+    lines = [line for path in sorted(SAMPLE_CORPUS.glob("*.txt")) for line in path.read_text().splitlines()
+             if line.strip()]
+    expected = _create_ids(load_sentencepiece(str(sp_path)), lines, uncased, False)
+    differ = _differing(lines, tokenizer(lines, add_special_tokens=False)["input_ids"], expected)
     assert not differ, f"{len(differ)} of {len(lines)} lines differ, e.g. {differ[0]!r}"
-    # With special tokens: XLNet's "... <sep> <cls>" at the end.
-    assert tokenizer("Hello there.")["input_ids"][-2:] == [4, 3]
     return len(lines)
 
 
 @needs_transformers
 def test_tokenizer_of_the_export_encodes_as_create_uncased(trained, sample_spm, tmp_path):
     _, export_dir, _ = trained
-    assert json.loads((export_dir / "tokenizer_config.json").read_text())["do_lower_case"] is True
+    assert hf_tokenizer.tokenizer_settings(str(export_dir)) == {"uncased": True, "keep_accents": False}
     assert _check_tokenizer_matches_create(sample_spm, True, tmp_path) > 4000
 
 

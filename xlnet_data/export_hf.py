@@ -4,9 +4,11 @@
 
 writes config.json, model.safetensors and the tokenizer (spiece.model, tokenizer.json,
 tokenizer_config.json); then XLNetLMHeadModel.from_pretrained("hf/my") and
-XLNetTokenizer.from_pretrained("hf/my") load it. From the latest checkpoint of --model_dir, or a
-given --checkpoint (ours or an original TF1 one, with --xlnet_config). Needs safetensors, not
-PyTorch or Transformers. train_gpu --init_checkpoint=hf/my reads such a directory back.
+AutoTokenizer.from_pretrained("hf/my") load it, the tokenizer normalising text as create did
+(--uncased, --keep_accents: the records', through the training run's run_config.json). From the
+latest checkpoint of --model_dir, or a given --checkpoint (ours or an original TF1 one, with
+--xlnet_config). Needs safetensors, not PyTorch or Transformers. train_gpu --init_checkpoint=hf/my
+reads such a directory back.
 """
 
 import dataclasses
@@ -21,6 +23,7 @@ from xlnet_data.datagen.config import ConfigError
 
 FLAGS = flags.FLAGS
 _RUN_FLAGS = ("mem_len", "reuse_len", "bi_data", "clamp_len", "same_length")
+_TOKENIZER_FLAGS = ("uncased", "keep_accents")
 
 
 def define_flags():
@@ -34,7 +37,10 @@ def define_flags():
     flags.DEFINE_string("output_dir", None, "The directory to write (created if needed).")
     flags.DEFINE_bool("overwrite", False, "Replace an export already in --output_dir.")
     flags.DEFINE_bool("uncased", None, "The tokenizer lower-cases, as create --uncased did (default: the training "
-                      "run's, from run_config.json; else False).")
+                      "run's, from run_config.json; else False). Refused where it contradicts run_config.json.")
+    flags.DEFINE_bool("keep_accents", None, "The tokenizer keeps accents, as create --keep_accents did (default: the "
+                      "records', from the training run's run_config.json; else False, the original's stripping). "
+                      "Refused where it contradicts run_config.json.")
     flags.DEFINE_integer("mem_len", None, "config.json's mem_len (default: the training run's, from run_config.json; "
                          "else none). 0: no memory.")
     flags.DEFINE_integer("reuse_len", None, "config.json's reuse_len (default: the training run's; else none).")
@@ -70,17 +76,29 @@ def config_from_flags():
     if not os.path.isfile(xlnet_config):
         raise ConfigError(f"--xlnet_config is needed: no xlnet_config.json in {where}")
     run_config = os.path.join(where, "run_config.json")
-    run, uncased = RunConfig(), False
+    run, recorded = RunConfig(), {}
     if os.path.isfile(run_config):
         run = RunConfig.from_json(run_config)
         with open(run_config) as fp:
-            uncased = bool(json.load(fp).get("uncased", False))
+            recorded = json.load(fp)
     run = dataclasses.replace(run, **{name: FLAGS[name].value for name in _RUN_FLAGS if FLAGS[name].present})
-    if FLAGS["uncased"].present:
-        uncased = FLAGS.uncased
     return hf.ExportConfig(checkpoint=checkpoint, model=XLNetConfig.from_json(xlnet_config), run=run,
-                           sp_path=FLAGS.sp_path, output_dir=FLAGS.output_dir, uncased=uncased,
-                           overwrite=FLAGS.overwrite)
+                           sp_path=FLAGS.sp_path, output_dir=FLAGS.output_dir, overwrite=FLAGS.overwrite,
+                           **{name: _tokenizer_setting(name, recorded, run_config) for name in _TOKENIZER_FLAGS})
+
+
+def _tokenizer_setting(name, recorded, run_config):
+    """The flag's value, else the training run's (run_config.json: train_gpu took it from the records'
+    corpus_info.json), else False; a flag that contradicts the run's would make a tokenizer that gives other
+    pieces than the model learnt from, and is refused."""
+    if name not in recorded:
+        return bool(FLAGS[name].value)
+    value = bool(recorded[name])
+    if FLAGS[name].present and FLAGS[name].value != value:
+        raise ConfigError(f"--{'' if FLAGS[name].value else 'no'}{name} contradicts the records the model was trained "
+                          f"on: {name}={str(value).lower()} in {run_config}; drop the flag (the tokenizer must "
+                          "normalise text as create did)")
+    return value
 
 
 def main(argv):
@@ -102,7 +120,8 @@ def main(argv):
     print(f"wrote {config.output_dir}: {result.num_tensors} tensors ({result.num_parameters:,} parameters) of "
           f"{config.checkpoint}; config.json with mem_len={run.mem_len or None}, reuse_len={run.reuse_len or None}, "
           f"bi_data={run.bi_data}, clamp_len={run.clamp_len}, same_length={run.same_length}; tokenizer of "
-          f"{config.sp_path} ({'uncased' if config.uncased else 'cased'})", file=sys.stderr)
+          f"{config.sp_path} ({'uncased' if config.uncased else 'cased'}, "
+          f"{'accents kept' if config.keep_accents else 'accents stripped'})", file=sys.stderr)
     return 0
 
 

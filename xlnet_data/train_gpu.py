@@ -182,6 +182,8 @@ def config_from_flags():
             model = dataclasses.replace(model, untie_r=FLAGS.untie_r)
     if hf.is_hf_dir(FLAGS.init_checkpoint):
         _check_vocabulary(FLAGS.init_checkpoint, record_dirs)
+        records = [(path, save_dir.read_json(path)) for _, path in record_dirs if path]
+        hf.check_tokenizer_fits_records(FLAGS.init_checkpoint, records, f"--init_checkpoint={FLAGS.init_checkpoint}")
     if model:
         given = {name: f"--{name}" for name in SHAPE_FLAGS if FLAGS[name].present}
         if settings["n_token"][1] and not FLAGS["n_token"].present:

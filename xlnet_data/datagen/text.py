@@ -217,3 +217,8 @@ class Encoder:
         else:
             flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=int(lengths.sum()))
         return flat, lengths
+
+
+def combining_code_points():
+    """The code points the original drops after NFKD, ascending (the Hugging Face export writes them as a regex)."""
+    return np.flatnonzero(_is_combining())

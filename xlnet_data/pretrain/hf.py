@@ -186,6 +186,27 @@ def is_hf_dir(path: Optional[str]) -> bool:
         fileio.exists(os.path.join(path, name)) for name in (WEIGHTS_FILE, WEIGHTS_INDEX_FILE))
 
 
+_SETTING_WORDS = {"uncased": ("lower-cases", "keeps case"), "keep_accents": ("keeps accents", "strips accents")}
+
+
+def check_tokenizer_fits_records(directory: str, records: list[tuple[str, dict]], name: str) -> None:
+    """HFFormatError (one line) when the tokenizer of a Transformers directory normalises text otherwise than
+    create did for the records ([(corpus_info.json path, its content)]; a key missing there is False: records
+    of the original or from before the setting): the model learnt other pieces than the records hold."""
+    settings = hf_tokenizer.tokenizer_settings(directory)
+    if settings is None:
+        return
+    for path, info in records:
+        for key, value in settings.items():
+            recorded = bool(info.get(key, False))
+            if recorded != value:
+                raise HFFormatError(
+                    f"{name}: its tokenizer {_SETTING_WORDS[key][not value]} ({key}={str(value).lower()}), the "
+                    f"records were made with {key}={str(recorded).lower()} ({path}): the model learnt other pieces "
+                    f"than these records hold; use records made with{'' if value else 'out'} create --{key}, or "
+                    "another model")
+
+
 def _safetensors_numpy():
     try:
         from safetensors import numpy as st_numpy
@@ -231,7 +252,8 @@ def load_weights(directory: str, config: XLNetConfig) -> dict[str, np.ndarray]:
 class ExportConfig:
     """What export writes: the weights of `checkpoint` (a prefix, or a directory with a `checkpoint` file; ours
     or an original TF1 one) for `model`, config.json with `run`'s memory and attention settings, and the
-    tokenizer of `sp_path` (lower-casing when `uncased`, as the records were made)."""
+    tokenizer of `sp_path` (lower-casing when `uncased`, keeping accents when `keep_accents`, as create made the
+    records)."""
 
     checkpoint: str
     model: XLNetConfig
@@ -239,6 +261,7 @@ class ExportConfig:
     sp_path: str
     output_dir: str
     uncased: bool = False
+    keep_accents: bool = False
     overwrite: bool = False
 
 
@@ -257,8 +280,8 @@ def export(cfg: ExportConfig) -> ExportResult:
     if not cfg.overwrite and (fileio.exists(config_path) or fileio.exists(os.path.join(cfg.output_dir, WEIGHTS_FILE))):
         raise HFFormatError(f"--output_dir={cfg.output_dir} already holds an export; use --overwrite or a new dir")
     config = hf_config(cfg.model, cfg.run)  # refuses a shape Transformers cannot hold, before any reading
-    tokenizer = hf_tokenizer.tokenizer_files(cfg.sp_path, cfg.uncased)
-    num_pieces = len(hf_tokenizer.read_model_proto(tokenizer["spiece.model"])[0])
+    tokenizer = hf_tokenizer.tokenizer_files(cfg.sp_path, cfg.uncased, cfg.keep_accents)
+    num_pieces = len(hf_tokenizer.read_model_proto(tokenizer["spiece.model"]).pieces)
     if num_pieces != cfg.model.n_token:
         raise HFFormatError(f"--sp_path={cfg.sp_path} has {num_pieces} pieces, the model's vocabulary is "
                             f"{cfg.model.n_token} (n_token): give the SentencePiece model the records were made with")

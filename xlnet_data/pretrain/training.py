@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from xlnet_data.common import fileio, stopping, validation
+from xlnet_data.common import fileio, save_dir, stopping, validation
 from xlnet_data.common.records import RecordError, read_examples
 from xlnet_data.datagen.config import ConfigError
 from xlnet_data.pretrain import checkpoints, hf
@@ -572,11 +572,21 @@ def _check_model_dir(cfg: TrainConfig, chief: bool) -> None:
             raise OSError(f"cannot write {path}: {err.strerror or err}") from None
     if not chief:
         return
-    # This run's settings, for export_hf's config.json (memory, attention) and tokenizer (uncased); rewritten
-    # by every run, since a resumed run may change them.
+    # This run's settings, for export_hf's config.json (memory, attention) and tokenizer (uncased, keep_accents);
+    # rewritten by every run, since a resumed run may change them.
     settings = {**dataclasses.asdict(cfg.run), "seq_len": cfg.data.seq_len, "perm_size": cfg.data.perm_size,
                 "num_predict": cfg.data.num_predict, "uncased": cfg.data.uncased}
+    keep_accents = _records_keep_accents(cfg.record_info_dir)
+    if keep_accents is not None:  # else export_hf takes its flag
+        settings["keep_accents"] = keep_accents
     fileio.write_text_atomic(os.path.join(cfg.model_dir, "run_config.json"), json.dumps(settings, indent=2) + "\n")
+
+
+def _records_keep_accents(record_info_dir: str) -> Optional[bool]:
+    """Whether create kept accents in the records (their corpus_info.json; no key: the original's stripping),
+    None where no corpus_info.json is found."""
+    paths = [path for path in map(save_dir.find_corpus_info, record_info_dir.split(",")) if path]
+    return any(bool(save_dir.read_json(path).get("keep_accents", False)) for path in paths) if paths else None
 
 
 def _start(cfg: TrainConfig, trainer: Trainer) -> tuple[int, ResumedState]:
