@@ -1,15 +1,22 @@
 """A document (its paragraphs) → its block of create's input format.
 
 Whitespace inside a paragraph (newlines within it, tabs, runs of spaces, Unicode spaces) becomes one
-space; each paragraph is split into sentences by sentencex (Wikimedia's rule-based segmenter: about
-300 languages, with their abbreviations and sentence marks — 。！？ । ॥ ؟ ։ ...; chosen by measurement,
-see BENCHMARKS.md "prepare"). sentencex never splits inside a quotation, so a quoted speech of many
-sentences (most paragraphs of a novel) would be one line; the inside of each quotation that holds a
-sentence mark before its end is therefore split by sentencex on its own, and cut there too (the
-closing mark stays with the last sentence). One sentence per line; `<eop>` glued to the last sentence of every
-paragraph but the document's last (whose end the blank line after the document marks), as the
-original README's example; a blank line ends the document.
-"""
+space, and the other control characters (NUL, escape, C1 controls...; what create would take for a
+binary file) are dropped, in every input format. Each paragraph is split into sentences by sentencex
+(Wikimedia's rule-based segmenter: about 300 languages, with their abbreviations and sentence marks —
+。！？ । ॥ ؟ ։ ...; chosen by measurement, see BENCHMARKS.md "prepare"). sentencex never splits inside
+a quotation, so a quoted speech of many sentences (most paragraphs of a novel) would be one line; the
+inside of each quotation that holds a sentence mark before its end is therefore split by sentencex on
+its own, and cut there too (the closing mark stays with the last sentence).
+
+sentencex's time grows with the square of the text it is given (CJK text most: 1,000 characters of
+Chinese at 0.5 µs a character, 64,000 at 12 µs), and a signal waits for it, so a long paragraph is
+given to it in windows of PIECE characters (_segments): time stays linear and a signal is answered
+between two windows.
+
+One sentence per line; `<eop>` glued to the last sentence of every paragraph but the document's last
+(whose end the blank line after the document marks), as the original README's example; a blank line
+ends the document."""
 
 import dataclasses
 import re
@@ -27,6 +34,14 @@ EOP = "<eop>"
 _QUOTATION = re.compile('"[^"]+"|“[^“”]+”|«[^«»]+»|„[^„“”]+[“”]|「[^「」]+」|『[^『』]+』')
 # Marks that may end a sentence inside a quotation (a cheap test before splitting its inside).
 _SENTENCE_MARK = re.compile("[.!?…。！？।॥؟۔։;;]")
+# Control characters that are not whitespace (str.split() takes \t \n \v \f \r \x1c-\x1f \x85 for spaces).
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
+# A paragraph longer than PIECE characters goes to sentencex a window of PIECE at a time; a sentence end
+# found in the last MARGIN characters of a window is decided again with the next window's text after it.
+PIECE = 2048
+MARGIN = 256
+_OPENING = re.compile("[“«「『„]")
+_CLOSING = re.compile("[”»」』]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,18 +58,58 @@ def require_splitter():
         raise PrepareError("prepare needs the sentence splitter sentencex: pip install 'xlnet-data[prepare]'")
 
 
+def _quote_balance(text, start, end):
+    """(straight double quotes, opening minus closing curly quotes and brackets) in text[start:end]."""
+    return text.count('"', start, end), len(_OPENING.findall(text, start, end)) - len(_CLOSING.findall(text, start, end))
+
+
+def _segments(language, text):
+    """sentencex.segment(language, text) (pieces whose concatenation is `text`), in bounded time per
+    character: a text longer than PIECE is given in windows; of each window's segments, those that end
+    before its last MARGIN characters are kept (sentencex's rules look a few characters ahead), up to
+    the last end outside a quotation where there is one (sentencex keeps a quotation whole: a window
+    that starts inside one would pair its quotes wrongly), and the next window starts after them. A
+    sentence longer than a window (no end found before the margin) is cut at the window's last space."""
+    if len(text) <= PIECE:
+        return sentencex.segment(language, text)
+    segments, start, balance = [], 0, (0, 0)  # balance: _quote_balance of text[:start]
+    while len(text) - start > PIECE:
+        window = sentencex.segment(language, text[start:start + PIECE])
+        ends, balances = [0], [balance]  # after each segment kept so far
+        for segment in window:
+            if ends[-1] + len(segment) > PIECE - MARGIN:
+                break
+            straight, depth = _quote_balance(text, start + ends[-1], start + ends[-1] + len(segment))
+            ends.append(ends[-1] + len(segment))
+            balances.append((balances[-1][0] + straight, balances[-1][1] + depth))
+        outside = [k for k in range(1, len(ends)) if balances[k][0] % 2 == 0 and balances[k][1] <= 0]
+        kept = outside[-1] if outside else len(ends) - 1
+        if kept:
+            segments.extend(window[:kept])
+            end, balance = ends[kept], balances[kept]
+        else:  # no sentence ends early enough in the window: one long "sentence" is cut
+            end = text.rfind(" ", start + MARGIN, start + PIECE - MARGIN) + 1 - start
+            end = end if end > 0 else PIECE - MARGIN
+            segments.append(text[start:start + end])
+            straight, depth = _quote_balance(text, start, start + end)
+            balance = (balance[0] + straight, balance[1] + depth)
+        start += end
+    segments.extend(sentencex.segment(language, text[start:]))
+    return segments
+
+
 def split_sentences(paragraph, language):
     """The sentences of one paragraph, whitespace normalised; [] for a blank paragraph."""
-    text = " ".join(paragraph.split())
+    text = " ".join(_CONTROL.sub("", paragraph).split())
     if not text:
         return []
-    segments = sentencex.segment(language, text)  # their concatenation is `text`
+    segments = _segments(language, text)  # their concatenation is `text`
     cuts = set()
     for quotation in _QUOTATION.finditer(text):
         inside = quotation.group()[1:-1]
         if _SENTENCE_MARK.search(inside, 0, len(inside) - 1):
             position = quotation.start() + 1
-            for sentence in sentencex.segment(language, inside)[:-1]:
+            for sentence in _segments(language, inside)[:-1]:
                 position += len(sentence)
                 cuts.add(position)
     if cuts:
