@@ -67,14 +67,22 @@ def _segments(language, text):
     """sentencex.segment(language, text) (pieces whose concatenation is `text`), in bounded time per
     character: a text longer than PIECE is given in windows; of each window's segments, those that end
     before its last MARGIN characters are kept (sentencex's rules look a few characters ahead), up to
-    the last end outside a quotation where there is one (sentencex keeps a quotation whole: a window
-    that starts inside one would pair its quotes wrongly), and the next window starts after them. A
+    the last end outside a quotation where there is one (sentencex keeps a quotation whole), and the
+    next window starts after them; a window that starts inside a quotation is given its opening mark
+    (else its closing one would pair wrongly). A
     sentence longer than a window (no end found before the margin) is cut at the window's last space."""
     if len(text) <= PIECE:
         return sentencex.segment(language, text)
     segments, start, balance = [], 0, (0, 0)  # balance: _quote_balance of text[:start]
     while len(text) - start > PIECE:
-        window = sentencex.segment(language, text[start:start + PIECE])
+        # A window that starts inside a quotation gets its opening mark, as the whole text has it before
+        prefix = ('"' if balance[0] % 2 else "") + ("“" if balance[1] > 0 else "")
+        window = sentencex.segment(language, prefix + text[start:start + PIECE - len(prefix)])
+        while prefix:
+            cut = min(len(prefix), len(window[0]))
+            window[0], prefix = window[0][cut:], prefix[cut:]
+            if not window[0]:
+                window.pop(0)
         ends, balances = [0], [balance]  # after each segment kept so far
         for segment in window:
             if ends[-1] + len(segment) > PIECE - MARGIN:
