@@ -26,6 +26,7 @@ try:
 except ImportError:  # an extra: prepare stops with one line saying how to install it (require_splitter)
     sentencex = None
 
+from xlnet_data.datagen.prepare import languages
 from xlnet_data.datagen.prepare.config import PrepareError
 
 EOP = "<eop>"
@@ -111,8 +112,10 @@ def split_sentences(paragraph, language):
     text = " ".join(_CONTROL.sub("", paragraph).split())
     if not text:
         return []
-    segments = _segments(language, text)  # their concatenation is `text`
-    cuts = set()
+    cuts, position = set(), 0
+    for sentence in _segments(language, text)[:-1]:  # their concatenation is `text`
+        position += len(sentence)
+        cuts.add(position)
     for quotation in _QUOTATION.finditer(text):
         inside = quotation.group()[1:-1]
         if _SENTENCE_MARK.search(inside, 0, len(inside) - 1):
@@ -120,14 +123,8 @@ def split_sentences(paragraph, language):
             for sentence in _segments(language, inside)[:-1]:
                 position += len(sentence)
                 cuts.add(position)
-    if cuts:
-        position = 0
-        for sentence in segments[:-1]:
-            position += len(sentence)
-            cuts.add(position)
-        bounds = [0, *sorted(cuts), len(text)]
-        segments = [text[start:end] for start, end in zip(bounds, bounds[1:])]
-    return [s for s in (part.strip() for part in segments) if s]
+    bounds = [0, *languages.refine(language, text, cuts), len(text)]
+    return [s for s in (text[start:end].strip() for start, end in zip(bounds, bounds[1:])) if s]
 
 
 def format_document(paragraphs, language):
