@@ -32,8 +32,9 @@ ABBREVIATIONS = {
 _GERMAN_ORDINAL = re.compile(r"(?:^|\s)(?:der|die|das|den|dem|des|am|im|zum|zur|vom|beim|ab|bis|seit|dem|ein|eine|"
                              r"einem|einen|eines|jeden|jedem)\s+\d{1,4}\.$", re.IGNORECASE)
 _LAST_TOKEN = re.compile(r"(?:^|[\s'’(])([^\s'’(]+)$")
-# A single letter (with its combining marks and Indic vowel signs) and a full stop: an initial.
-_INITIAL = re.compile(r"(?:^|\s)[^\W\d_][\u0300-\u036f\u0900-\u0903\u093a-\u094f\u0955-\u0957]*\.$")
+# A single letter (with its combining marks) and a full stop: an initial. Not in Indic scripts, where a word of
+# one syllable ending a sentence (है. हूँ.) looks the same as an initial (जे.).
+_INITIAL = re.compile(r"(?:^|\s)[^\W\d_\u0900-\u0dff][\u0300-\u036f]*\.$")
 # A list number: "1." alone, or after a colon or a sentence end.
 _LIST_NUMBER = re.compile(r"(?:^|(?<=[:：。！？.!?]))\s*(\d{1,2}\.)$")
 _CJK_END = re.compile(r"[。！？][。！？!?]*(?=[^\s。！？!?」』”’）)〕】》\"'])")
