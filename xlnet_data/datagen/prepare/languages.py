@@ -13,6 +13,7 @@ fewer than SHORT_THAI characters (a list item), and the text before it is not a 
 """
 
 import re
+import unicodedata
 
 # Abbreviations that stand before a name or a number, so that a cut after them is a mistake (those that
 # often end a sentence too, as "etc.", are left to sentencex, which looks at the next word's case).
@@ -31,17 +32,13 @@ ABBREVIATIONS = {
 # German: a number with a full stop after an article or a preposition is an ordinal ("im 19. Jh.").
 _GERMAN_ORDINAL = re.compile(r"(?:^|\s)(?:der|die|das|den|dem|des|am|im|zum|zur|vom|beim|ab|bis|seit|dem|ein|eine|"
                              r"einem|einen|eines|jeden|jedem)\s+\d{1,4}\.$", re.IGNORECASE)
-_LAST_TOKEN = re.compile(r"(?:^|[\s'’(])([^\s'’(]+)$")
-# A single letter (with its combining marks) and a full stop: an initial. Not in Indic scripts, where a word of
-# one syllable ending a sentence (है. हूँ.) looks the same as an initial (जे.).
-_INITIAL = re.compile(r"(?:^|\s)[^\W\d_\u0900-\u0dff][\u0300-\u036f]*\.$")
 # A list number: "1." alone, or after a colon or a sentence end.
 _LIST_NUMBER = re.compile(r"(?:^|(?<=[:：。！？.!?]))\s*(\d{1,2}\.)$")
 _CJK_END = re.compile(r"[。！？][。！？!?]*(?=[^\s。！？!?」』”’）)〕】》\"'])")
 _ELLIPSIS_END = re.compile(r"(?:…|[.!?]\))(?= \(?[A-ZÀ-ÖØ-ÞА-ЯΑ-Ω])")
-_DASH_LOWER = re.compile(r"^[—–]\s*[^\W\d_]", re.UNICODE)
+_DASH_LOWER = re.compile(r"[—–]\s*[^\W\d_]")
 _JA_QUOTE_PARTICLE = re.compile("^(?:と|って|という|とか)")
-CONTEXT = 64  # characters on each side of a cut that the rules look at
+CONTEXT = 32  # characters on each side of a cut that the rules look at
 
 # Thai
 _THAI_SPACE = re.compile("(?<=[\u0e01-\u0e2e\u0e30-\u0e3a\u0e40-\u0e45\u0e47-\u0e4e]) (?=[\u0e01-\u0e2e\u0e40-\u0e44])")
@@ -57,7 +54,8 @@ def refine(language, text, cuts):
     cuts = set(cuts)
     if language in ("zh", "ja"):
         cuts.update(match.end() for match in _CJK_END.finditer(text))
-    cuts.update(match.end() + 1 for match in _ELLIPSIS_END.finditer(text))
+    if "…" in text or ")" in text:  # (the search is slow; these tests are not)
+        cuts.update(match.end() + 1 for match in _ELLIPSIS_END.finditer(text))
     if language == "th":
         cuts.update(_thai_cuts(text))
     kept, start = [], 0
@@ -69,7 +67,7 @@ def refine(language, text, cuts):
         start = cut
         after = text[cut:cut + CONTEXT]
         stripped = before.rstrip()
-        label = _LIST_NUMBER.search(stripped)
+        label = _LIST_NUMBER.search(stripped) if stripped[-2:-1].isdigit() and stripped[-1] == "." else None
         prefix = stripped[:label.start(1)].rstrip() if label else ""
         if label and prefix and prefix[-1] in ".!?" and _undo(language, prefix, label.group(1), prefix[-1]):
             label = None  # "S. 45.", "núm. 3.": a number after an abbreviation, not a list's
@@ -84,20 +82,35 @@ def _undo(language, before, after, last):
     """Whether a cut between `before` (its end, right-stripped) and `after` is a mistake."""
     if last == "." and after[:1].isalnum():  # no space after the full stop: O.N.U., ดร.สมศักดิ์, 3.5
         return True
-    token = _LAST_TOKEN.search(before)
-    if token and token.group(1) in ABBREVIATIONS.get(language, ()):
-        return True
-    if _INITIAL.search(before) and not before[-2:-1].isdigit():
-        return True
-    if _DASH_LOWER.match(after.lstrip()) and after.lstrip()[1:].lstrip()[:1].islower():
+    if before[-1:] == ".":  # (tested first: most cuts of a text follow a full stop and a word, and go on here)
+        token = _last_token(before)
+        if token in ABBREVIATIONS.get(language, ()) or _is_initial(token):
+            return True
+        if language == "de" and before[-2:-1].isdigit() and _GERMAN_ORDINAL.search(before):
+            return True
+    if after[:1] in "—–" and _DASH_LOWER.match(after) and after[1:].lstrip()[:1].islower():
         return True  # dialogue: "—¿Quién es? —preguntó ella."
-    if language == "de" and _GERMAN_ORDINAL.search(before):
-        return True
     if language == "ja" and before.endswith(("」", "』")) and _JA_QUOTE_PARTICLE.match(after):
         return True
     if language == "hi" and before.endswith(("...", "…")):
         return True  # no case to tell a new sentence by; a sentence of Hindi ends with । ? !
     return False
+
+
+def _last_token(before):
+    """The last word of `before`, after an apostrophe or an opening parenthesis in it (l'O. → O.)."""
+    token = before.rsplit(None, 1)[-1]
+    for mark in "'’(":
+        token = token.rpartition(mark)[2]
+    return token
+
+
+def _is_initial(token):
+    """A single letter (with its combining marks) and a full stop. Not in Indic scripts, where a word of one
+    syllable ending a sentence (है. हूँ.) looks the same as an initial (जे.)."""
+    letter = token[:-1]
+    return (len(letter) >= 1 and letter[0].isalpha() and not "\u0900" <= letter[0] <= "\u0dff"
+            and all(unicodedata.combining(c) for c in letter[1:]))
 
 
 def _thai_cuts(text):
