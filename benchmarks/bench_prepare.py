@@ -191,7 +191,7 @@ def long_paragraph(args, report):
             (directory / "one.jsonl").write_text(json.dumps({"text": text}, ensure_ascii=False) + "\n",
                                                  encoding="utf-8")
             cmd = [sys.executable, "-m", "xlnet_data.prepare", f"--input_glob={directory / 'one.jsonl'}",
-                   f"--output_dir={directory / 'out'}", f"--language={language}", "--num_workers=1"]
+                   f"--output_dir={directory / 'out'}", f"--language={language}", "--num_workers=1", "--overwrite"]
             seconds = statistics.median(timed(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), cores="0", clock="cpu")[0]
                                         for _ in range(args.repeat))
             rows.append(f"| {language} | {size_mb} | {seconds:.2f} | {seconds / size_mb:.2f} |")
