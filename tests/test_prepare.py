@@ -26,7 +26,7 @@ CASES = [json.loads(line) for line in (Path(__file__).parent / "data" / "sentenc
 # of languages.py, to measure them on text they were not fitted to.
 KNOWN_MISSES = {
     "vi: temperature with a decimal comma": "`độ C.` is taken for an initial (sentencex's Vietnamese rules)",
-    "en: held-out: vitamin letter ending a sentence": "`vitamin C.` is taken for an initial (languages._INITIAL)",
+    "en: held-out: vitamin letter ending a sentence": "`vitamin C.` is taken for an initial (languages._is_initial)",
     "zh: held-out: quotation with a question and a new sentence": "cut after the closing quote before 她问",
     "zh: held-out: full-width parentheses after a full stop": "no cut after `。）`",
     "hi: held-out: ई.पू. (BC)": "ई.पू. written without a space is not among the abbreviations",
@@ -542,3 +542,15 @@ def test_a_signal_in_a_long_paragraph_is_answered_at_once(tmp_path, signum):
     assert not out.exists()
     prepare(PrepareConfig(str(tmp_path / "in" / "*"), str(out), language="zh"))
     assert shards_text(out) == "\n".join(sentences) + "\n\n"
+
+
+def test_create_reads_zstd_told_by_content_and_refuses_a_truncated_one(tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    from xlnet_data.datagen.corpus import InputError, check_first_block
+    data = expected_text(generated_documents(200)).encode()
+    whole = zstandard.ZstdCompressor().compress(data)
+    (tmp_path / "corpus.txt").write_bytes(whole)  # misnamed: zstd under a plain-text name
+    check_first_block(str(tmp_path / "corpus.txt"))
+    (tmp_path / "cut.txt.zst").write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(InputError, match=f"^{tmp_path / 'cut.txt.zst'}: damaged zstd data .*end-of-stream"):
+        check_first_block(str(tmp_path / "cut.txt.zst"))
