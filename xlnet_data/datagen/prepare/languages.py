@@ -84,7 +84,7 @@ def _undo(language, before, after, last):
         return True
     if before[-1:] == ".":  # (tested first: most cuts of a text follow a full stop and a word, and go on here)
         token = _last_token(before)
-        if token in ABBREVIATIONS.get(language, ()) or _is_initial(token):
+        if token in ABBREVIATIONS.get(language, ()) or (language != "en" and _is_initial(token)):
             return True
         if language == "de" and before[-2:-1].isdigit() and _GERMAN_ORDINAL.search(before):
             return True
@@ -106,11 +106,12 @@ def _last_token(before):
 
 
 def _is_initial(token):
-    """A single letter (with its combining marks) and a full stop. Not in Indic scripts, where a word of one
-    syllable ending a sentence (है. हूँ.) looks the same as an initial (जे.)."""
+    """A single capital letter (with its combining marks) and a full stop: a lower-case one is the end of a
+    word after an apostrophe (Anne's., wish'd.). Not in Indic scripts, which have no capitals and where a
+    word of one syllable ending a sentence (है. हूँ.) looks the same as an initial (जे.). Not asked for
+    English: sentencex's English rules know initials, and "said I." ends many a sentence of a novel."""
     letter = token[:-1]
-    return (len(letter) >= 1 and letter[0].isalpha() and not "\u0900" <= letter[0] <= "\u0dff"
-            and all(unicodedata.combining(c) for c in letter[1:]))
+    return (len(letter) >= 1 and letter[0].isupper() and all(unicodedata.combining(c) for c in letter[1:]))
 
 
 def _thai_cuts(text):
