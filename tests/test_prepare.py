@@ -503,14 +503,22 @@ def test_a_long_paragraph_is_split_in_windows_as_a_whole_one_is(monkeypatch):
     assert len(windowed[0]) == 400 and max(map(len, cases[0][1].split(". "))) < sentences.MARGIN
 
 
-def test_a_paragraph_without_sentence_ends_is_cut_at_spaces_into_bounded_pieces():
-    from xlnet_data.datagen.prepare.sentences import MARGIN, PIECE, _segments
-    text = " ".join(f"word{i}" for i in range(5000))
-    pieces = _segments("en", text)
-    assert "".join(pieces) == text and len(pieces) > 1 and max(map(len, pieces)) <= PIECE
-    assert all(piece.endswith(" ") and len(piece) >= PIECE - 2 * MARGIN for piece in pieces[:-1])
-    nospace = "x" * (3 * PIECE)
-    assert "".join(_segments("en", nospace)) == nospace and max(map(len, _segments("en", nospace))) <= PIECE
+def test_a_long_paragraph_without_sentence_ends_is_one_sentence_split_in_bounded_windows(monkeypatch):
+    from xlnet_data.datagen.prepare import sentences
+    calls, whole = [], sentences.sentencex.segment
+
+    def segment(language, text):
+        calls.append(len(text))
+        return whole(language, text)
+    monkeypatch.setattr(sentences.sentencex, "segment", segment)
+    words = " ".join(f"word{i}" for i in range(5000))
+    assert split_sentences(words, "en") == [words] and split_sentences("x" * 9000, "en") == ["x" * 9000]
+    assert len(calls) > 10 and max(calls) <= sentences.PIECE
+    thai = ["วันนี้อากาศดีมาก", "เราจะไปเที่ยวทะเลกัน เพราะว่าเป็นวันหยุด", "ราคา 350 บาท ต่อคน"]
+    text = " ".join(thai[i % 3] for i in range(300))  # 14,000 characters, no sentence mark: Thai's rule decides
+    windowed = split_sentences(text, "th")
+    monkeypatch.setattr(sentences, "PIECE", 10**9)
+    assert windowed == split_sentences(text, "th") and len(windowed) > 100
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

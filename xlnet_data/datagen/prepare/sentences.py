@@ -11,7 +11,7 @@ its own, and cut there too (the closing mark stays with the last sentence).
 
 sentencex's time grows with the square of the text it is given (CJK text most: 1,000 characters of
 Chinese at 0.5 µs a character, 64,000 at 12 µs), and a signal waits for it, so a long paragraph is
-given to it in windows of PIECE characters (_segments): time stays linear and a signal is answered
+given to it in windows of PIECE characters (_cuts): time stays linear and a signal is answered
 between two windows.
 
 One sentence per line; `<eop>` glued to the last sentence of every paragraph but the document's last
@@ -64,17 +64,18 @@ def _quote_balance(text, start, end):
     return text.count('"', start, end), len(_OPENING.findall(text, start, end)) - len(_CLOSING.findall(text, start, end))
 
 
-def _segments(language, text):
-    """sentencex.segment(language, text) (pieces whose concatenation is `text`), in bounded time per
+def _cuts(language, text):
+    """The offsets in `text` where sentencex ends a sentence (0 < offset < len(text)), in bounded time per
     character: a text longer than PIECE is given in windows; of each window's segments, those that end
     before its last MARGIN characters are kept (sentencex's rules look a few characters ahead), up to
     the last end outside a quotation where there is one (sentencex keeps a quotation whole), and the
     next window starts after them; a window that starts inside a quotation is given its opening mark
-    (else its closing one would pair wrongly). A
-    sentence longer than a window (no end found before the margin) is cut at the window's last space."""
+    (else its closing one would pair wrongly). Where no sentence ends early enough in a window (a
+    sentence longer than it, or Thai, which has no marks), the next window starts at the window's last
+    space, which is not taken for a sentence end."""
     if len(text) <= PIECE:
-        return sentencex.segment(language, text)
-    segments, start, balance = [], 0, (0, 0)  # balance: _quote_balance of text[:start]
+        return _ends(sentencex.segment(language, text), 0)
+    cuts, start, balance = [], 0, (0, 0)  # balance: _quote_balance of text[:start]
     while len(text) - start > PIECE:
         # A window that starts inside a quotation gets its opening mark, as the whole text has it before
         prefix = ('"' if balance[0] % 2 else "") + ("“" if balance[1] > 0 else "")
@@ -94,17 +95,24 @@ def _segments(language, text):
         outside = [k for k in range(1, len(ends)) if balances[k][0] % 2 == 0 and balances[k][1] <= 0]
         kept = outside[-1] if outside else len(ends) - 1
         if kept:
-            segments.extend(window[:kept])
+            cuts.extend(start + end for end in ends[1:kept + 1])
             end, balance = ends[kept], balances[kept]
-        else:  # no sentence ends early enough in the window: one long "sentence" is cut
+        else:
             end = text.rfind(" ", start + MARGIN, start + PIECE - MARGIN) + 1 - start
             end = end if end > 0 else PIECE - MARGIN
-            segments.append(text[start:start + end])
             straight, depth = _quote_balance(text, start, start + end)
             balance = (balance[0] + straight, balance[1] + depth)
         start += end
-    segments.extend(sentencex.segment(language, text[start:]))
-    return segments
+    return cuts + _ends(sentencex.segment(language, text[start:]), start)
+
+
+def _ends(segments, offset):
+    """The ends of all segments but the last, as offsets (segments of a text starting at `offset`)."""
+    ends, position = [], offset
+    for segment in segments[:-1]:
+        position += len(segment)
+        ends.append(position)
+    return ends
 
 
 def split_sentences(paragraph, language):
@@ -112,17 +120,11 @@ def split_sentences(paragraph, language):
     text = " ".join(_CONTROL.sub("", paragraph).split())
     if not text:
         return []
-    cuts, position = set(), 0
-    for sentence in _segments(language, text)[:-1]:  # their concatenation is `text`
-        position += len(sentence)
-        cuts.add(position)
+    cuts = set(_cuts(language, text))
     for quotation in _QUOTATION.finditer(text):
         inside = quotation.group()[1:-1]
         if _SENTENCE_MARK.search(inside, 0, len(inside) - 1):
-            position = quotation.start() + 1
-            for sentence in _segments(language, inside)[:-1]:
-                position += len(sentence)
-                cuts.add(position)
+            cuts.update(quotation.start() + 1 + end for end in _cuts(language, inside))
     bounds = [0, *languages.refine(language, text, cuts), len(text)]
     return [s for s in (text[start:end].strip() for start, end in zip(bounds, bounds[1:])) if s]
 
