@@ -11,8 +11,8 @@ each gets exactly right, per language of issue 22 (the other languages together)
 pinned to CPU 0) over the paragraphs of ../shared/data/corpus_en (median of --repeat runs; pysbd,
 which is slow, on the first 300 paragraphs).
 
-long: one paragraph of 1, 2, 4 and 8 MB (English words of the books, and Chinese sentences of 9
-characters) in a JSON-lines file, `prepare --num_workers=1` pinned to one core: seconds (CPU time) and
+long: one paragraph of 1, 2, 4 and 8 MB (English words of the books, Chinese sentences of 9 characters,
+the Thai cases of the hand-checked set over and over) in a JSON-lines file, `prepare --num_workers=1` pinned to one core: seconds (CPU time) and
 seconds per MB, against sentencex.segment alone on the whole paragraph in this process (0.25 to 1 MB
 of Chinese: its time grows with the square of the length).
 
@@ -180,9 +180,11 @@ def long_paragraph(args, report):
     import sentencex
     words = " ".join(book_paragraphs(args.source))
     chinese = "".join(f"这是第{i % 1000:03d}个句子。" for i in range(400_000))  # 9 characters, 27 bytes
+    thai = " ".join(json.loads(line)["text"] for line in CASES.read_text(encoding="utf-8").splitlines()
+                    if json.loads(line)["language"] == "th")
     work = Path(tempfile.mkdtemp(prefix="bench_prepare_long_"))
     rows = ["| text | MB | prepare CPU s | CPU s per MB |", "|---|---|---|---|"]
-    for language, source in (("en", words), ("zh", chinese)):
+    for language, source in (("en", words), ("zh", chinese), ("th", thai)):
         for size_mb in (1, 2, 4, 8):
             repeats = size_mb * 10**6 // len(source.encode()) + 1
             text = " ".join([source] * repeats).encode()[:size_mb * 10**6].decode("utf-8", errors="ignore")
