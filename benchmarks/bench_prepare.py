@@ -12,9 +12,10 @@ pinned to CPU 0) over the paragraphs of ../shared/data/corpus_en (median of --re
 which is slow, on the first 300 paragraphs).
 
 long: one paragraph of 1, 2, 4 and 8 MB (English words of the books, Chinese sentences of 9 characters,
-the Thai cases of the hand-checked set over and over) in a JSON-lines file, `prepare --num_workers=1` pinned to one core: seconds (CPU time) and
-seconds per MB, against sentencex.segment alone on the whole paragraph in this process (0.25 to 1 MB
-of Chinese: its time grows with the square of the length).
+the Thai cases of the hand-checked set over and over) in a JSON-lines file, `prepare --num_workers=1`
+pinned to one core: seconds (CPU time) and seconds per MB, against sentencex.segment alone on the
+whole paragraph in this process (0.25 to 1 MB of Chinese: its time grows with the square of the
+length).
 
 throughput: raw JSON-lines corpora (plain and gzip) of `size_mb` and 2 x `size_mb` are built from the
 paragraphs of the same books, cut into documents of 12 paragraphs, each with a title line of its own
