@@ -523,8 +523,9 @@ def test_a_long_paragraph_without_sentence_ends_is_one_sentence_split_in_bounded
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_in_a_long_paragraph_is_answered_at_once(tmp_path, signum):
-    # 1.2 million characters of Chinese in one paragraph: minutes for sentencex in one call, whose end a signal waits for
-    sentences = [f"这是第{i}个句子。" for i in range(120000)]
+    # 3 million characters of Chinese in one paragraph (about 1.5 s of splitting, so that the signal comes in the
+    # middle of it): hours for sentencex in one call, whose end a signal would wait for
+    sentences = [f"这是第{i % 100000}个句子。" for i in range(300000)]
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "long.jsonl").write_text(json.dumps({"text": "".join(sentences)}) + "\n", encoding="utf-8")
     out = tmp_path / "out"
@@ -534,7 +535,7 @@ def test_a_signal_in_a_long_paragraph_is_answered_at_once(tmp_path, signum):
     deadline = time.time() + 120
     while time.time() < deadline and process.poll() is None and not list(out.glob(".tmp-prepare-*/part-*")):
         time.sleep(0.01)
-    time.sleep(0.3)  # inside the paragraph
+    time.sleep(0.1)  # inside the paragraph
     assert process.poll() is None, "prepare ended before it could be stopped: " + process.stderr.read()
     os.killpg(process.pid, signum)
     try:
