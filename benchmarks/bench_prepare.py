@@ -1,13 +1,21 @@
 """Sentence splitters compared, and prepare's throughput per core next to create's, on the same text.
 
-    python benchmarks/bench_prepare.py [--size_mb=10] [--repeat=5] [--parts=splitters,throughput,scaling]
+    python benchmarks/bench_prepare.py [--size_mb=10] [--repeat=5] [--parts=splitters,throughput,scaling,long]
 
-splitters: prepare's own splitting (sentencex, plus the inside of quotations split on its own), and every
-candidate that is importable (sentencex alone; blingfire, pysbd, syntok, sentence-splitter; a one-line
-regex as the floor) splits the hand-checked cases of
-tests/data/sentences.jsonl: the share of cases it gets exactly right, per language; and its speed in
-MB/s on one core (the process pinned to CPU 0) over the paragraphs of ../shared/data/corpus_en
-(median of --repeat runs; pysbd, which is slow, on the first 300 paragraphs).
+splitters: prepare's own splitting (sentencex, the inside of quotations split on its own, and the rules of
+languages.py), the same without the rules of languages.py, and every candidate that is importable
+(sentencex alone; blingfire, pysbd, syntok, sentence-splitter; pythainlp's CRF splitter, on Thai only;
+a one-line regex as the floor) split the hand-checked cases of tests/data/sentences.jsonl: the cases
+each gets exactly right, per language of issue 22 (the other languages together), and apart the
+"held-out" cases (written after the rules of languages.py); its speed in MB/s on one core (the process
+pinned to CPU 0) over the paragraphs of ../shared/data/corpus_en (median of --repeat runs; pysbd,
+which is slow, on the first 300 paragraphs).
+
+long: one paragraph of 1, 2, 4 and 8 MB (English words of the books, Chinese sentences of 9 characters,
+the Thai cases of the hand-checked set over and over) in a JSON-lines file, `prepare --num_workers=1`
+pinned to one core: seconds (CPU time) and seconds per MB, against sentencex.segment alone on the
+whole paragraph in this process (0.25 to 1 MB of Chinese: its time grows with the square of the
+length).
 
 throughput: raw JSON-lines corpora (plain and gzip) of `size_mb` and 2 x `size_mb` are built from the
 paragraphs of the same books, cut into documents of 12 paragraphs, each with a title line of its own
@@ -36,6 +44,7 @@ from bench_create import CONFIGS, ROOT, SHARED, run_create, steady, timed
 
 CASES = ROOT / "tests" / "data" / "sentences.jsonl"
 PARAGRAPHS_PER_DOCUMENT = 12
+ISSUE_LANGUAGES = ("en", "fr", "de", "es", "zh", "ja", "th", "hi", "vi")
 
 
 def book_paragraphs(source):
@@ -50,20 +59,32 @@ def book_paragraphs(source):
 
 
 def candidates():
-    """{name: split(language, text) -> sentences} of the splitters that are installed."""
+    """{name: (split(language, text) -> sentences, the languages it is measured on or None for all)} of the
+    splitters that are installed."""
     found = {}
     sys.path.insert(0, str(ROOT))  # this checkout's xlnet_data, not an installed one
     try:
         import sentencex
 
+        from xlnet_data.datagen.prepare import languages
         from xlnet_data.datagen.prepare.sentences import split_sentences
-        found["prepare (sentencex + quotations)"] = lambda language, text: split_sentences(text, language)
-        found["sentencex"] = lambda language, text: list(sentencex.segment(language, text))
+        found["prepare (sentencex + quotations + languages.py)"] = (
+            lambda language, text: split_sentences(text, language), None)
+
+        def without_rules(language, text):
+            refine = languages.refine
+            languages.refine = lambda language, text, cuts: sorted(c for c in cuts if 0 < c < len(text))
+            try:
+                return split_sentences(text, language)
+            finally:
+                languages.refine = refine
+        found["prepare without languages.py (sentencex + quotations)"] = (without_rules, None)
+        found["sentencex"] = (lambda language, text: list(sentencex.segment(language, text)), None)
     except ImportError:
         pass
     try:
         import blingfire
-        found["blingfire"] = lambda language, text: blingfire.text_to_sentences(text).split("\n")
+        found["blingfire"] = (lambda language, text: blingfire.text_to_sentences(text).split("\n"), None)
     except ImportError:
         pass
     try:
@@ -77,13 +98,14 @@ def candidates():
                 except ValueError:  # a language pysbd lacks: its English rules
                     segmenters[language] = pysbd.Segmenter(language="en", clean=False)
             return segmenters[language].segment(text)
-        found["pysbd"] = pysbd_split
+        found["pysbd"] = (pysbd_split, None)
     except ImportError:
         pass
     try:
         import syntok.segmenter as syntok
-        found["syntok"] = lambda language, text: ["".join(t.spacing + t.value for t in sentence)
-                                                  for paragraph in syntok.analyze(text) for sentence in paragraph]
+        found["syntok"] = (lambda language, text: ["".join(t.spacing + t.value for t in sentence)
+                                                   for paragraph in syntok.analyze(text) for sentence in paragraph],
+                           None)
     except ImportError:
         pass
     try:
@@ -97,42 +119,95 @@ def candidates():
                 except Exception:  # a language it has no prefix list for: English's
                     splitters[language] = SentenceSplitter(language="en")
             return splitters[language].split(text)
-        found["sentence-splitter"] = moses_split
+        found["sentence-splitter"] = (moses_split, None)
+    except ImportError:
+        pass
+    try:
+        from pythainlp.tokenize import sent_tokenize
+        found["pythainlp crfcut (Thai only)"] = (lambda language, text: sent_tokenize(text, engine="crfcut"), {"th"})
     except ImportError:
         pass
     floor = re.compile(r"(?<=[.!?\u3002\uff01\uff1f\u0964\u0965])\s+")
-    found["regex [.!?。！？।॥] + space"] = lambda language, text: floor.split(text)
+    found["regex [.!?。！？।॥] + space"] = (lambda language, text: floor.split(text), None)
     return found
 
 
 def splitters(args, report):
     cases = [json.loads(line) for line in CASES.read_text(encoding="utf-8").splitlines()]
-    count = {lang: sum(c["language"] == lang for c in cases) for lang in {c["language"] for c in cases}}
-    languages = sorted(count, key=lambda lang: -count[lang])
+    columns = [*ISSUE_LANGUAGES, "other", "held-out"]
+
+    def column(case):
+        return case["language"] if case["language"] in ISSUE_LANGUAGES else "other"
+    count = {name: sum(column(c) == name for c in cases) for name in columns}
+    count["held-out"] = sum(c["checks"].startswith("held-out") for c in cases)
     paragraphs = book_paragraphs(args.source)
+    thai = [c["text"] for c in cases if c["language"] == "th"] * 40
     os.sched_setaffinity(0, {0})
-    report += [f"hand-checked cases: {len(cases)}; "
-               f"speed on {sum(len(p.encode()) for p in paragraphs) / 1e6:.1f} MB of English paragraphs, one core", "",
-               "| splitter | cases right | " + " | ".join(languages) + " | MB/s (one core) |",
-               "|---|---|" + "---|" * len(languages) + "---|"]
-    for name, split in candidates().items():
-        right = {lang: 0 for lang in languages}
-        for case in cases:
+    report += [f"hand-checked cases: {len(cases)} ({count['held-out']} of them held-out); speed on "
+               f"{sum(len(p.encode()) for p in paragraphs) / 1e6:.1f} MB of English paragraphs and "
+               f"{sum(len(p.encode()) for p in thai) / 1e6:.2f} MB of Thai ones (the Thai cases, 40 times), one core",
+               "", "| splitter | cases right | " + " | ".join(columns) + " | MB/s en | MB/s th |",
+               "|---|---|" + "---|" * len(columns) + "---|---|"]
+    for name, (split, only) in candidates().items():
+        right = {name: 0 for name in columns}
+        measured = [c for c in cases if only is None or c["language"] in only]
+        for case in measured:
             got = [s.strip() for s in split(case["language"], case["text"]) if s.strip()]
-            right[case["language"]] += got == case["sentences"]
-        sample = paragraphs[:300] if name == "pysbd" else paragraphs
-        megabytes = sum(len(p.encode()) for p in sample) / 1e6
-        rates = []
-        for _ in range(args.repeat):
-            start = time.perf_counter()
-            for paragraph in sample:
-                split("en", paragraph)
-            rates.append(megabytes / (time.perf_counter() - start))
-        total = sum(right.values())
-        cells = " | ".join(f"{right[lang]}/{count[lang]}" for lang in languages)
-        report.append(f"| {name} | {total}/{len(cases)} ({100 * total / len(cases):.0f}%) | {cells} | "
-                      f"{statistics.median(rates):.2f} |")
+            right[column(case)] += got == case["sentences"]
+            right["held-out"] += got == case["sentences"] and case["checks"].startswith("held-out")
+        rates = {}
+        for language, sample in (("en", paragraphs[:300] if name == "pysbd" else paragraphs), ("th", thai)):
+            if only is not None and language not in only:
+                continue
+            megabytes = sum(len(p.encode()) for p in sample) / 1e6
+            times = []
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                for paragraph in sample:
+                    split(language, paragraph)
+                times.append(time.perf_counter() - start)
+            rates[language] = f"{megabytes / statistics.median(times):.2f}"
+        total = sum(right[name] for name in columns[:-1])
+        held = sum(c["checks"].startswith("held-out") for c in measured)
+        cells = " | ".join(f"{right[name]}/{count[name]}" if only is None or name in only else "-"
+                           for name in columns[:-1])
+        report.append(f"| {name} | {total}/{len(measured)} ({100 * total / len(measured):.0f}%) | {cells} | "
+                      f"{right['held-out']}/{held} | {rates.get('en', '-')} | {rates.get('th', '-')} |")
     report.append("")
+
+
+def long_paragraph(args, report):
+    """prepare on one paragraph of growing size: CPU seconds per MB stay flat (windows of sentences.PIECE)."""
+    import sentencex
+    words = " ".join(book_paragraphs(args.source))
+    chinese = "".join(f"这是第{i % 1000:03d}个句子。" for i in range(400_000))  # 9 characters, 27 bytes
+    thai = " ".join(json.loads(line)["text"] for line in CASES.read_text(encoding="utf-8").splitlines()
+                    if json.loads(line)["language"] == "th")
+    work = Path(tempfile.mkdtemp(prefix="bench_prepare_long_"))
+    rows = ["| text | MB | prepare CPU s | CPU s per MB |", "|---|---|---|---|"]
+    for language, source in (("en", words), ("zh", chinese), ("th", thai)):
+        for size_mb in (1, 2, 4, 8):
+            repeats = size_mb * 10**6 // len(source.encode()) + 1
+            text = " ".join([source] * repeats).encode()[:size_mb * 10**6].decode("utf-8", errors="ignore")
+            directory = work / f"{language}{size_mb}"
+            directory.mkdir()
+            (directory / "one.jsonl").write_text(json.dumps({"text": text}, ensure_ascii=False) + "\n",
+                                                 encoding="utf-8")
+            cmd = [sys.executable, "-m", "xlnet_data.prepare", f"--input_glob={directory / 'one.jsonl'}",
+                   f"--output_dir={directory / 'out'}", f"--language={language}", "--num_workers=1", "--overwrite"]
+            seconds = statistics.median(timed(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), cores="0", clock="cpu")[0]
+                                        for _ in range(args.repeat))
+            rows.append(f"| {language} | {size_mb} | {seconds:.2f} | {seconds / size_mb:.2f} |")
+    rows += ["", "| sentencex.segment alone, one call, Chinese | MB | s | s per MB |", "|---|---|---|---|"]
+    os.sched_setaffinity(0, {0})
+    for size_mb in (0.25, 0.5, 1):
+        text = chinese.encode()[:int(size_mb * 10**6)].decode("utf-8", errors="ignore")
+        start = time.process_time()
+        sentencex.segment("zh", text)
+        seconds = time.process_time() - start
+        rows.append(f"| zh | {size_mb} | {seconds:.2f} | {seconds / size_mb:.2f} |")
+    report += [f"one paragraph per file; prepare's CPU time (start-up included), median of {args.repeat}", "",
+               *rows, ""]
 
 
 def make_raw_corpus(directory, size_mb, paragraphs, compress, num_files=4):
@@ -219,7 +294,7 @@ def main():
     parser.add_argument("--sp_path", default=str(SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"))
     parser.add_argument("--source", default=str(SHARED / "data" / "corpus_en"),
                         help="folder of input-format .txt books the paragraphs come from (or sample_corpus)")
-    parser.add_argument("--parts", default="splitters,throughput,scaling", help="what to measure, comma-separated")
+    parser.add_argument("--parts", default="splitters,throughput,scaling,long", help="what to measure, comma-separated")
     args = parser.parse_args()
     report = []
     if "splitters" in args.parts.split(","):
@@ -228,6 +303,8 @@ def main():
         throughput(args, report)
     if "scaling" in args.parts.split(","):
         scaling(args, report)
+    if "long" in args.parts.split(","):
+        long_paragraph(args, report)
     print("\n".join(report))
 
 

@@ -1,11 +1,12 @@
 """python -m xlnet_data.prepare: raw documents → create's input format, in shards.
 
-Reads plain text, JSON lines or Parquet (the formats `datasets` saves), plain or compressed (.gz, .bz2,
-.xz, .zst), one document per record; writes one sentence per line, `<eop>` glued to the last sentence
-of each paragraph but a document's last, a blank line after every document, in --num_shards files
-of similar size (shard-00000-of-00004.txt, ...). Paragraphs are the lines of a record's text;
-sentences come from a rule-based splitter for --language; empty and exactly repeated documents are
-dropped and counted. Then:
+Reads plain text, JSON lines or Parquet (the formats `datasets` saves), plain or compressed (gzip,
+bzip2, xz, zstd: told by the content, read to the end marker), one document per record; writes one
+sentence per line, `<eop>` glued to the last sentence of each paragraph but a document's last, a
+blank line after every document, in --num_shards files of similar size (shard-00000-of-00004.txt,
+...). Paragraphs are the lines of a record's text; sentences come from a rule-based splitter for
+--language (Thai, th, is cut at the spaces between sentences); empty and exactly repeated documents
+are dropped and counted. Then:
 
   python -m xlnet_data.spm_train --input='OUT/*.txt' --model_prefix=spm/my --vocab_size=32000
   python -m xlnet_data.create --input_glob='OUT/*.txt' --sp_path=spm/my.model ...
@@ -27,7 +28,7 @@ FLAGS = flags.FLAGS
 
 def define_flags():
     flags.DEFINE_string("input_glob", None, "Raw input files (a glob; local or gs:// paths), e.g. 'raw/*.jsonl.gz'. "
-                        "Compression (.gz, .bz2, .xz, .zst/.zstd) is recognised by the name.")
+                        "Compressed files (gzip, bzip2, xz, zstd) are told by their content and read to their end.")
     flags.DEFINE_string("output_dir", None, "Where the shards go (created if missing).")
     flags.DEFINE_enum("format", "auto", list(FORMATS),
                       "auto: from the name (.jsonl/.json/.ndjson: JSON lines, .parquet: Parquet, else text); "
@@ -35,14 +36,16 @@ def define_flags():
     flags.DEFINE_string("text_key", "text", "JSON lines: the field holding a document's text; Parquet: the column.")
     flags.DEFINE_enum("text_layout", "blank_line", list(TEXT_LAYOUTS),
                       "Plain text only. " + "; ".join(f"{name}: {what}" for name, what in TEXT_LAYOUTS.items()) + ".")
-    flags.DEFINE_string("language", "en", "Language of the text (ISO 639 code: en, es, fr, zh, ja, hi, ar, ...), "
-                        "for the sentence splitter's abbreviations and sentence marks.")
+    flags.DEFINE_string("language", "en", "Language of the text (ISO 639 code: en, fr, de, es, zh, ja, th, hi, vi, "
+                        "ar, ...), for the sentence splitter's abbreviations and sentence marks (th: Thai, cut at the "
+                        "spaces between sentences).")
     flags.DEFINE_integer("num_shards", 1, "Output files, of similar size (cut at document ends).", lower_bound=1)
     flags.DEFINE_integer("num_workers", None, "Files read and split in parallel; default: the CPU count. "
                          "The output is the same for every value.", lower_bound=1)
     flags.DEFINE_bool("dedup", True, "Drop a document that repeats an earlier one exactly (after whitespace "
                       "normalisation); the first copy, in file order, is kept.")
-    flags.DEFINE_bool("overwrite", False, "Replace the shards of an earlier run in --output_dir.")
+    flags.DEFINE_bool("overwrite", False, "Replace the shards of an earlier run in --output_dir (never read as input, "
+                      "even where --input_glob matches them).")
 
 
 def main(argv):

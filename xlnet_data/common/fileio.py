@@ -7,6 +7,7 @@ complete, so a reader never sees a half-written file under its final name.
 
 import bz2
 import contextlib
+import errno
 import glob as _glob
 import gzip
 import io
@@ -64,17 +65,65 @@ def open_read(path):
 
 
 # The formats a corpus file may come in, told by their first bytes (not by the file name, so that a
-# misnamed file is still read right): gzip, bzip2 (a block or the end-of-stream marker), xz.
+# misnamed file is still read right): gzip, bzip2 (a block or the end-of-stream marker), xz, zstd (whose
+# magic number starts with "(" and a byte that cannot follow it in UTF-8: no text file starts so).
 _COMPRESSED = (("gzip", re.compile(rb"\x1f\x8b"), lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")),
                ("bzip2", re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), bz2.BZ2File),
-               ("xz", re.compile(rb"\xfd7zXZ\x00"), lzma.LZMAFile))
+               ("xz", re.compile(rb"\xfd7zXZ\x00"), lzma.LZMAFile),
+               ("zstd", re.compile(rb"\x28\xb5\x2f\xfd"), lambda raw: io.BufferedReader(_ZstdReader(raw))))
+_ZSTD_CHUNK = 1 << 16
+
+
+class _ZstdReader(io.RawIOBase):
+    """The content of zstd frames one after another, read to their end. A stream that stops inside a frame
+    raises EOFError and damaged data an OSError without errno, as gzip, bz2 and lzma do (zstandard's own
+    stream reader ends quietly at a truncation). zstandard is optional (the `prepare` extra): without it,
+    an OSError (ENOPKG) saying so."""
+
+    def __init__(self, raw):
+        super().__init__()
+        try:
+            import zstandard
+        except ImportError:
+            raise OSError(errno.ENOPKG, "zstd-compressed; reading it needs the zstandard package: "
+                                        "pip install 'xlnet-data[prepare]'", getattr(raw, "name", None)) from None
+        self._zstandard = zstandard
+        self._raw = raw
+        self._frame = zstandard.ZstdDecompressor().decompressobj()
+        self._in_frame = False  # bytes of a frame were read and its end was not
+        self._pending = b""  # read past the end of the last frame: the start of the next one
+        self._out, self._offset = b"", 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        while self._offset == len(self._out):
+            data, self._pending = self._pending or self._raw.read(_ZSTD_CHUNK), b""
+            if not data:
+                if self._in_frame:
+                    raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+                return 0
+            try:
+                self._out, self._offset = self._frame.decompress(data), 0
+            except self._zstandard.ZstdError as err:
+                raise OSError(f"invalid zstd data: {err}") from None
+            self._in_frame = not self._frame.eof
+            if self._frame.eof:
+                self._pending = self._frame.unused_data
+                self._frame = self._zstandard.ZstdDecompressor().decompressobj()
+        count = min(len(buffer), len(self._out) - self._offset)
+        buffer[:count] = self._out[self._offset:self._offset + count]
+        self._offset += count
+        return count
 
 
 @contextlib.contextmanager
 def open_decompressed(path):
     """Yields (file, raw, compression): a binary file object reading `path`'s content, decompressed when
-    it is gzip, bzip2 or xz (compression is then "gzip", "bzip2" or "xz", else None); `raw` is the file
-    as stored, whose tell() is the position in the stored bytes."""
+    it is gzip, bzip2, xz or zstd (compression is then "gzip", "bzip2", "xz" or "zstd", else None); `raw`
+    is the file as stored, whose tell() is the position in the stored bytes. Each format is read to its
+    end marker: a truncated file raises EOFError when its end is reached."""
     with open_read(path) as raw:
         head = raw.read(10)
         raw.seek(0)

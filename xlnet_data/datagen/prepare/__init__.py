@@ -5,6 +5,7 @@ document), in shards of similar size.
     config.py     PrepareConfig (every flag), PrepareError
     readers.py    files → documents (lists of paragraphs), by format and compression
     sentences.py  a document → its block of the input format (whitespace, sentence splitting, <eop>)
+    languages.py  per-language rules over the splitter (abbreviations, initials, list numbers, Thai spaces)
     shards.py     the run: files in parallel into parts, duplicates dropped, parts cut into shards
 """
 

@@ -2,17 +2,23 @@
 
 Formats: plain text (see config.TEXT_LAYOUTS), JSON lines (one object per line, the text in a field;
 what `datasets` writes with to_json), Parquet (a string column; what `datasets` writes with to_parquet).
-Text and JSON lines may be compressed, recognised by the file name: .gz, .bz2, .xz, .zst/.zstd (zstd
-needs the zstandard package, Parquet needs pyarrow: the `prepare` extra). A record's text is split into
-paragraphs at line breaks. Every problem is a PrepareError naming the file and the line or row.
+Text and JSON lines may be compressed (gzip, bzip2, xz, zstd), recognised by their first bytes as create
+does (fileio.open_decompressed) and read to their end marker: a truncated file is refused. The format
+is told by the name without its compression suffix (.gz, .bz2, .xz, .zst/.zstd). zstd needs the
+zstandard package, Parquet pyarrow: the `prepare` extra.
+
+Lines, in every format, end at \n, \r\n, \r and the Unicode line and paragraph separators (U+2028,
+U+2029); a JSON or Parquet text is cut into paragraphs there, as a plain-text file into lines. The other
+characters str.splitlines() would cut at (\v \f \x1c-\x1e \x85) are whitespace inside a paragraph:
+a form feed between two pages of a PDF's text often falls inside a sentence, and \x85 is "…" in
+mis-decoded Windows-1252. Every problem is a PrepareError naming the file and the line or row.
 """
 
-import bz2
 import contextlib
-import gzip
-import io
 import json
 import lzma
+import re
+import zlib
 
 from xlnet_data.datagen.prepare.config import PrepareError
 
@@ -20,8 +26,11 @@ COMPRESSIONS = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd", ".z
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 PARQUET_BATCH_ROWS = 1024
-# What a damaged compressed stream raises (zstandard's error is added when the package is present).
-_DECOMPRESSION_ERRORS = (OSError, EOFError, lzma.LZMAError)
+# What a damaged or truncated compressed stream raises (fileio's zstd reader raises the same kinds).
+_DECOMPRESSION_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
+# Where a line ends inside a decoded text (see the module's docstring).
+_LINE_BREAK = re.compile("\r\n|[\n\r\u2028\u2029]")
+_LINE_BREAK_IN_LINE = re.compile("[\r\u2028\u2029]")  # in a line of a file, already cut at \n
 
 
 def _split_compression(path):
@@ -45,50 +54,34 @@ def format_of(path, requested):
     return fmt
 
 
-def _zstandard():
-    try:
-        import zstandard
-    except ImportError:
-        raise PrepareError("reading .zst files needs the zstandard package: pip install 'xlnet-data[prepare]'") from None
-    return zstandard
-
-
-def _decompressed(path, raw):
-    """A buffered binary stream of the file's content, decompressed as its name says."""
-    compression = _split_compression(path)[1]
-    if compression == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
-    if compression == "bzip2":
-        return bz2.BZ2File(raw, mode="rb")
-    if compression == "xz":
-        return lzma.LZMAFile(raw, mode="rb")
-    if compression == "zstd":
-        return io.BufferedReader(_zstandard().ZstdDecompressor().stream_reader(raw, read_across_frames=True))
-    return raw
-
-
 @contextlib.contextmanager
 def _reading(path, where):
     """Turns a damaged or undecodable stream into a PrepareError at `where()` (the file and its line)."""
-    errors = _DECOMPRESSION_ERRORS
-    if _split_compression(path)[1] == "zstd":
-        errors = (*errors, _zstandard().ZstdError)
     try:
         yield
     except UnicodeDecodeError as err:
         raise PrepareError(f"{where()}: not valid UTF-8 (byte 0x{err.object[err.start]:02x} at byte {err.start + 1} "
                            "of the line); convert the file to UTF-8") from None
-    except errors as err:
-        raise PrepareError(f"{where()}: cannot read the file: {err}") from None
+    except EOFError:
+        raise PrepareError(f"{where()}: the compressed file is truncated (it ends before its end marker); "
+                           "re-download or re-compress it") from None
+    except _DECOMPRESSION_ERRORS as err:
+        reason = (err.strerror if isinstance(err, OSError) else None) or err
+        raise PrepareError(f"{where()}: cannot read the file: {reason}") from None
 
 
-def documents(path, raw, config):
-    """The documents of one file (opened binary as `raw`), each a list of paragraph strings."""
+def lines_of(text):
+    """A record's text (JSON, Parquet) cut into lines, as a plain-text file is (the module's docstring)."""
+    return _LINE_BREAK.split(text)
+
+
+def documents(path, stream, raw, config):
+    """The documents of one file, each a list of paragraph strings. `stream` is its content (decompressed:
+    fileio.open_decompressed), `raw` the file as stored (Parquet is read from it)."""
     fmt = format_of(path, config.format)
     if fmt == "parquet":
         yield from _parquet_documents(path, raw, config.text_key)
         return
-    stream = _decompressed(path, raw)
     if fmt == "jsonl":
         yield from _jsonl_documents(path, stream, config.text_key)
     else:
@@ -96,12 +89,27 @@ def documents(path, raw, config):
 
 
 def _lines(path, stream, position):
-    """(line number, decoded line) of a binary stream; position[0] keeps the line number for errors."""
+    """(line number, decoded line with its line break) of a binary stream, cut at b"\\n" only; position[0]
+    keeps the line number for errors."""
     with _reading(path, lambda: f"{path}:{position[0]}"):
         for number, raw_line in enumerate(stream, 1):
             position[0] = number
             yield number, raw_line.decode("utf-8")
         position[0] += 1  # a failure after the last line (a truncated stream) is reported past it
+
+
+def _text_lines(path, stream, position):
+    """The lines of a plain-text stream without their line breaks, cut at every line break of lines_of."""
+    for _, line in _lines(path, stream, position):
+        ended = line.endswith("\n")
+        line = line[:-2] if line.endswith("\r\n") else line[:-1] if ended else line
+        if not _LINE_BREAK_IN_LINE.search(line):
+            yield line
+            continue
+        pieces = _LINE_BREAK_IN_LINE.split(line)
+        if not ended and not pieces[-1]:
+            pieces.pop()  # the file's last line ends with \r: no empty line after it
+        yield from pieces
 
 
 def _jsonl_documents(path, stream, key):
@@ -114,6 +122,9 @@ def _jsonl_documents(path, stream, key):
         except json.JSONDecodeError as err:
             raise PrepareError(f"{path}:{number}: invalid JSON: {err.msg} (column {err.colno}); "
                                "the file must hold one JSON object per line") from None
+        except RecursionError:
+            raise PrepareError(f"{path}:{number}: JSON nested too deeply to read (arrays or objects inside "
+                               "each other thousands deep); this is not a document record") from None
         if not isinstance(record, dict):
             raise PrepareError(f"{path}:{number}: a JSON object was expected, not {type(record).__name__}")
         if key not in record:
@@ -128,14 +139,13 @@ def _jsonl_documents(path, stream, key):
             except UnicodeEncodeError as err:
                 raise PrepareError(f"{path}:{number}: field {key!r} holds an unpaired surrogate "
                                    f"(\\u{ord(text[err.start]):04x}), which is not text") from None
-            yield text.splitlines()
+            yield lines_of(text)
         else:
             raise PrepareError(f"{path}:{number}: field {key!r} holds {type(text).__name__}, not a string")
 
 
 def _text_documents(path, stream, layout):
-    position = [1]
-    lines = (line.rstrip("\r\n") for _, line in _lines(path, stream, position))
+    lines = _text_lines(path, stream, [1])
     if layout == "blank_line":
         paragraphs = []
         for line in lines:
@@ -184,6 +194,6 @@ def _parquet_documents(path, raw, key):
         for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[key]):
             for text in batch.column(0).to_pylist():
                 row += 1
-                yield text.splitlines() if text else []
+                yield lines_of(text) if text else []
     except (pa.ArrowException, OSError) as err:
         raise PrepareError(f"{path}: row {row + 1}: cannot read the file: {err}") from None

@@ -85,8 +85,8 @@ def _prepare_file(job):
     """Worker: one input file → its part file and index (see FileResult)."""
     path, size, part, config = job
     chunks, rows, documents, empty, end, reported = [], [], 0, 0, 0, 0
-    with fileio.open_read(path) as raw, open(part, "wb") as out:
-        for paragraphs in readers.documents(path, raw, config):
+    with fileio.open_decompressed(path) as (stream, raw, _), open(part, "wb") as out:
+        for paragraphs in readers.documents(path, stream, raw, config):
             documents += 1
             block = format_document(paragraphs, config.language)
             if block is None:
@@ -108,27 +108,32 @@ def _prepare_file(job):
     return FileResult(path, part, np.concatenate(chunks), documents, empty)
 
 
-def _input_files(config):
-    files = [path for path in fileio.glob(config.input_glob)
-             if fileio.is_remote(path) or os.path.isfile(path)]
+def _input_files(config, earlier):
+    """The files of --input_glob, without the shards of an earlier run in --output_dir (`earlier`): those are
+    this command's output, replaced by the run (compared as real paths, so that an absolute glob and a
+    relative --output_dir, or a symbolic link, do not make the earlier shards input)."""
+    shards = {_real(path) for path in earlier}
+    matched = [path for path in fileio.glob(config.input_glob) if fileio.is_remote(path) or os.path.isfile(path)]
+    files = [path for path in matched if _real(path) not in shards]
     if not files:
-        raise PrepareError(f"no file matches --input_glob={config.input_glob}")
+        raise PrepareError(f"no file matches --input_glob={config.input_glob}" + (
+            f" but the shards of an earlier run in {config.output_dir}, which are output, not input" if matched else ""))
     for path in files:
         readers.format_of(path, config.format)  # a Parquet file with a compression suffix stops the run here
     return files
 
 
+def _real(path):
+    return path if fileio.is_remote(path) else os.path.realpath(path)
+
+
 def _check_output_dir(config):
-    """Refuses to mix with shards of an earlier run unless --overwrite; returns (those shards, whether
-    the directory is new: a failed run removes it again)."""
-    if not fileio.exists(config.output_dir):
-        fileio.makedirs(config.output_dir)
-        return [], True
-    earlier = fileio.glob(os.path.join(config.output_dir, SHARD_GLOB))
+    """Refuses to mix with shards of an earlier run unless --overwrite; returns those shards."""
+    earlier = fileio.glob(os.path.join(config.output_dir, SHARD_GLOB)) if fileio.exists(config.output_dir) else []
     if earlier and not config.overwrite:
         raise PrepareError(f"{config.output_dir} already holds {len(earlier)} shard file(s) "
                            f"({os.path.basename(earlier[0])}, ...); pass --overwrite to replace them")
-    return earlier, False
+    return earlier
 
 
 def _run_workers(config, jobs, progress):
@@ -216,12 +221,11 @@ def prepare(config, stream=None):
     """
     config.validate()
     require_splitter()
-    files = _input_files(config)
-    earlier, new_dir = _check_output_dir(config)
-    if set(files) & set(earlier):
-        raise PrepareError(f"--input_glob={config.input_glob} matches the shards in {config.output_dir}: "
-                           "write them to another --output_dir, or narrow the glob")
+    earlier = _check_output_dir(config)
+    files = _input_files(config, earlier)
     sizes = [fileio.size(path) for path in files]
+    new_dir = not fileio.exists(config.output_dir)  # a failed run removes it again
+    fileio.makedirs(config.output_dir)
     paths = shard_paths(config.output_dir, config.num_shards)
     work_dir = tempfile.mkdtemp(prefix=f"{fileio.TMP_MARK}prepare-",
                                 dir=None if fileio.is_remote(config.output_dir) else config.output_dir)
