@@ -72,11 +72,22 @@ def random_line(rng, from_raw_text):
     return "".join(str(rng.randint(0, 31999)) + rng.choice(separators) for _ in range(rng.randint(1, 30)))
 
 
+def uniform_ascii_lines(rng, num_lines):
+    """ASCII sentences whose words are separated by single spaces and one other space character: whitespace
+    collapsing is decided per block, and other lines' tabs or double spaces would hide a character it missed."""
+    space = rng.choice(LINE_BREAKS_NOT_NEWLINE[1:] + ["\t"])
+    return [" ".join(rng.choice(ASCII_WORDS) for _ in range(rng.randint(1, 20))).replace(" ", space, 2)
+            for _ in range(num_lines)]
+
+
 def random_file_text(rng, from_raw_text):
     """Returns (text, has_nul). Lines end in "\\n" or "\\r\\n"; some files are empty or one line long."""
     kind = rng.random()
     num_lines = 0 if kind < 0.08 else 1 if kind < 0.2 else rng.randint(2, 150)
-    lines = [random_line(rng, from_raw_text) for _ in range(num_lines)]
+    if from_raw_text and rng.random() < 0.2:
+        lines = uniform_ascii_lines(rng, num_lines)
+    else:
+        lines = [random_line(rng, from_raw_text) for _ in range(num_lines)]
     if lines and not any(line.strip() for line in lines):
         # The original fails on a file of lines that give no token (blank ones with --nouse_eod, or a lone BOM).
         lines[rng.randrange(num_lines)] = random_sentence(rng) if from_raw_text else "5 6 7"
