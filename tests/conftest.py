@@ -16,6 +16,11 @@ GOLDEN = SHARED / "golden"
 
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(),
                                   reason="../shared (goldens, XLNet's SentencePiece model) is absent")
+# The original code (zihangdai/xlnet), the tests' oracle: ../shared/xlnet_original unless XLNET_REF names another.
+XLNET_REF = Path(os.environ.get("XLNET_REF") or SHARED / "xlnet_original")
+HAVE_ORIGINAL = (XLNET_REF / "data_utils.py").is_file()
+needs_original = pytest.mark.skipif(not HAVE_ORIGINAL,
+                                    reason=f"the original code (XLNET_REF) is not at {XLNET_REF}")
 
 
 def run_module(module, *args, cwd=None, timeout=600):

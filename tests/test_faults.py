@@ -1,5 +1,6 @@
 """create never loses work: bad input is reported with file and line, outputs are atomic, re-runs resume."""
 
+import contextlib
 import json
 import os
 import signal
@@ -122,6 +123,32 @@ def test_rerun_skips_complete_units_overwrite_redoes_and_other_flags_are_refused
     assert "mask_alpha 6 there, 3 here" in other.stderr
 
 
+def _stopped(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] in "tT"
+
+
+def kill_between_units(process, tfrecords, timeout=600):
+    """SIGKILLs `process` (create, one worker: it runs the units itself) while it is held still (SIGSTOP) with a
+    unit complete and the next one open under its temporary name: between the first unit and the last,
+    however fast the machine. Each look is taken with the process stopped, so it cannot move on meanwhile."""
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and time.monotonic() < deadline:
+        process.send_signal(signal.SIGSTOP)
+        while not _stopped(process.pid):
+            time.sleep(0.001)
+        with contextlib.suppress(OSError):
+            opened = [os.readlink(f"/proc/{process.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{process.pid}/fd")]
+            if list(tfrecords.glob("record_info-*")) and any(".tmp-" in path and "tfrecords" in path
+                                                             for path in opened):
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+                return
+        process.send_signal(signal.SIGCONT)
+        time.sleep(0.02)
+    raise AssertionError("create was never seen writing a unit after its first")
+
+
 def test_sigkill_leaves_nothing_training_would_read_and_a_rerun_completes_it(tmp_path, sample_spm):
     corpus = tmp_path / "in"
     for i in range(4):
@@ -132,11 +159,7 @@ def test_sigkill_leaves_nothing_training_would_read_and_a_rerun_completes_it(tmp
     killed = subprocess.Popen([sys.executable, "-m", "xlnet_data.create", *args, f"--save_dir={tmp_path}/killed"],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tfrecords = tmp_path / "killed" / "tfrecords"
-    deadline = time.time() + 120
-    while time.time() < deadline and not list(tfrecords.glob("record_info-*")):
-        time.sleep(0.05)
-    killed.send_signal(signal.SIGKILL)
-    killed.wait()
+    kill_between_units(killed, tfrecords)
     infos = sorted(tfrecords.glob("record_info-*"))
     assert 1 <= len(infos) < 4, "the kill should land between the first and the last unit"
     for info in infos:  # what training reads is complete: every record_info names a whole file

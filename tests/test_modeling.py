@@ -3,11 +3,15 @@
 import dataclasses
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import SHARED, needs_shared
+from conftest import HAVE_ORIGINAL, SHARED, XLNET_REF, needs_shared
 
 from xlnet_data.pretrain import checkpoints
 from xlnet_data.pretrain import inputs as ip
@@ -63,23 +67,53 @@ def _synthetic_features(bsz, seq_len=16, reuse_len=8, num_predict=6, n_token=100
 
 # ----- goldens -------------------------------------------------------------------------------------
 
+# What the goldens were computed on is one CPU; matmul summation order differs between CPUs and the
+# large weights of m3_sharp amplify it (../shared/README.md, "Tolerances across CPUs"): the stored
+# values are met within a tolerance that holds on any CPU, the original run on this machine tightly.
+STORED_MEMS_ATOL = {"m1_bi_untied": 1e-5, "m2_uni_tied": 1e-5, "m3_sharp": 5e-5}
+
+
+@pytest.fixture(scope="module")
+def original_here(tmp_path_factory):
+    """{case: the original graph's outputs on this machine} (tests/original_model.py, one process); None
+    without the original code (then only the stored values are compared)."""
+    if not HAVE_ORIGINAL:
+        return None
+    out = tmp_path_factory.mktemp("original_model")
+    env = dict(os.environ, XLNET_REF=str(XLNET_REF), TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, str(Path(__file__).parent / "original_model.py"), str(out),
+                             *MODEL_CASES], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {case: np.load(out / f"{case}.npz") for case in MODEL_CASES}
+
+
+def _assert_step_equals(out, want, step, mems_atol, what):
+    np.testing.assert_allclose(out.total_loss.numpy(), want[f"total_loss_{step}"], rtol=1e-5, atol=0,
+                               err_msg=f"{what} step {step}")
+    np.testing.assert_allclose(out.token_loss.numpy(), want[f"token_loss_{step}"], rtol=0, atol=1e-4,
+                               err_msg=f"{what} step {step}")
+    for layer, mem in enumerate(out.new_mems):
+        np.testing.assert_allclose(mem.numpy(), want[f"new_mems_{step}_{layer}"], rtol=0, atol=mems_atol,
+                                   err_msg=f"{what} step {step} layer {layer}")
+
+
 @needs_shared
 @pytest.mark.parametrize("case", MODEL_CASES)
-def test_two_chained_steps_equal_the_original(case):
+def test_two_chained_steps_equal_the_original(case, original_here):
+    """Against the original graph run here (tight), and against the stored values (within CPU differences)."""
     model, features, expected = _golden_model(case)
     n_layer = model.config.n_layer
     mems = [features[f"mems_in_0_{layer}"] for layer in range(n_layer)]
     for step in range(2):
         out = model.plm_loss({key: features[f"{key}_{step}"] for key in FEATURE_KEYS}, mems)
-        np.testing.assert_allclose(out.total_loss.numpy(), expected[f"total_loss_{step}"], rtol=1e-5, atol=0)
-        np.testing.assert_allclose(out.token_loss.numpy(), expected[f"token_loss_{step}"], rtol=0, atol=1e-4)
         assert len(out.new_mems) == n_layer
-        for layer, mem in enumerate(out.new_mems):
-            np.testing.assert_allclose(mem.numpy(), expected[f"new_mems_{step}_{layer}"], rtol=0, atol=1e-5,
-                                       err_msg=f"step {step} layer {layer}")
+        if original_here is not None:
+            _assert_step_equals(out, original_here[case], step, 1e-5, "the original on this machine")
+        _assert_step_equals(out, expected, step, STORED_MEMS_ATOL[case], "the stored values")
         if step == 0:  # the golden fed its own step-0 memories to step 1; we feed ours
             for layer in range(n_layer):
-                np.testing.assert_allclose(features[f"mems_in_1_{layer}"], out.new_mems[layer], rtol=0, atol=1e-5)
+                np.testing.assert_allclose(features[f"mems_in_1_{layer}"], out.new_mems[layer], rtol=0,
+                                           atol=STORED_MEMS_ATOL[case])
         mems = out.new_mems
 
 

@@ -158,13 +158,11 @@ def test_a_worker_that_dies_ends_the_others_with_one_line(small_records, tmp_pat
             assert survivor.process.poll() is None and time.monotonic() < deadline, survivor.log()[-3000:]
             time.sleep(0.2)
         workers[lost].process.send_signal(how)
-        start = time.monotonic()
+        # A survivor that never notices is killed at WORKER_TIMEOUT_S (a hang bound, not a speed check): code -9.
         [(code, stderr)] = finish([survivor])
-        waited = time.monotonic() - start
     finally:
         finish(workers, timeout=1)  # kills the stopped one
     lines = stderr.strip().splitlines()
     assert code == 2 and lines[-1].startswith("train: error: lost worker "), stderr[-3000:]
     assert f"worker {lost} of the cluster" in lines[-1] and "start them all again to resume" in lines[-1]
     assert "Traceback" not in stderr
-    assert waited < 120, f"the survivor took {waited:.0f} s to stop"  # TensorFlow's heartbeats: about 10 s

@@ -352,6 +352,11 @@ def _one_error_line(result):
     (["--record_info_dir=/nonexistent/records"], ["--record_info_dir: no records", "/nonexistent/records"]),
     (["--perm_size=5"], ["perm_size (5) must divide reuse_len (32)"]),
     (["--no_such_flag=1"], ["no_such_flag"]),
+    # the original's flags that we cannot honour
+    (["--use_tpu=True"], ["--use_tpu=True: train_gpu does not switch to TPU ops", "--strategy=tpu"]),
+    (["--num_hosts=2"], ["--num_hosts=2: the original's train_gpu.py reads the records as one host",
+                         "--strategy=multi_worker"]),
+    (["--summary_type=max"], ["summary_type", "last"]),
 ])
 def test_cli_flag_errors_are_one_line(records, tmp_path, flags, fragments):
     result = run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={tmp_path}", *flags)

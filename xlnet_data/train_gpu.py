@@ -89,6 +89,13 @@ def define_flags():
     flags.DEFINE_enum("init", "normal", ["normal", "uniform"], "Initialisation.")
     flags.DEFINE_float("init_std", 0.02, "Standard deviation of the normal initialisation.")
     flags.DEFINE_float("init_range", 0.1, "Range of the uniform initialisation.")
+    # The original's flags that select nothing here (its train_gpu.py ignores num_hosts and summary_type).
+    flags.DEFINE_integer("num_hosts", 1, "The original's flag, which its train_gpu.py ignores. Only 1: for several "
+                         "machines use --strategy=multi_worker.")
+    flags.DEFINE_bool("use_tpu", False, "The original's flag (TPU-friendly ops, the same values). Only False: to "
+                      "train on a TPU use --strategy=tpu --tpu=NAME.")
+    flags.DEFINE_enum("summary_type", "last", ["last", "first", "mean", "attn"], "The original's flag for "
+                      "fine-tuning heads: pretraining does not read it (nor does the original).")
 
 
 # flag -> corpus_info.json key
@@ -156,6 +163,12 @@ def _check_vocabulary(hf_dir, record_dirs):
 def config_from_flags():
     if not FLAGS.record_info_dir or not FLAGS.model_dir:
         raise ConfigError("--record_info_dir and --model_dir are needed")
+    if FLAGS.num_hosts != 1:
+        raise ConfigError(f"--num_hosts={FLAGS.num_hosts}: the original's train_gpu.py reads the records as one host "
+                          "whatever it says; to train on several machines use --strategy=multi_worker (TF_CONFIG)")
+    if FLAGS.use_tpu:
+        raise ConfigError("--use_tpu=True: train_gpu does not switch to TPU ops with it; to train on a TPU use "
+                          "--strategy=tpu --tpu=NAME")
     record_dirs = find_record_dirs(FLAGS.record_info_dir)
     settings = data_settings(record_dirs)
     data = {flag: value for flag, (value, _) in settings.items()}

@@ -95,8 +95,10 @@ def _line_blocks(path, stats, strict, allow_binary=False):
 
 
 def _decode_lines(path, raw_block, stats, strict, allow_binary=False):
-    """The lines of a block (without its last line break)."""
+    """The lines of a block (without its last line break). Every carriage return byte is dropped, as tf.gfile's
+    ReadLine drops it: CR LF ends a line like LF, and a CR inside a line joins what is either side of it."""
     first_line = stats.lines + 1
+    raw_block = raw_block.replace(b"\r", b"")
     if not allow_binary and b"\0" in raw_block:
         number = first_line + raw_block.count(b"\n", 0, raw_block.index(b"\0"))
         raise InputError(f"{path}:{number}: a NUL byte: {_BINARY_HINT}")
