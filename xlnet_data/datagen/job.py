@@ -66,7 +66,7 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
             # save_dir output is this run's, even one whose worker died before it could remove it.
             run_lock.remove_stale_temporaries(config.save_dir)
             raise
-        if not keep_cache:  # each task's encoded files, read by all its passes (see token_cache)
+        if not keep_cache and config.write_records:  # each task's encoded files, read by all its passes (see token_cache)
             token_cache.remove(config)
     return CreateSummary(tuple(results))
 
