@@ -148,6 +148,8 @@ class GeneratedStream:
         self.units = list(cache_units)
         if not self.units:
             raise ValueError("no cache-backed unit to generate from")
+        for unit in self.units:  # a missing or stale cache is one line now, not an error inside the pipeline
+            check_cache(unit)
         config = self.units[0].config
         self.bsz = config.bsz_per_host
         self.keep = np.ones(self.bsz, dtype=np.bool_) if keep is None else np.asarray(keep, dtype=np.bool_)
