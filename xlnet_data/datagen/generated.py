@@ -144,7 +144,7 @@ class GeneratedStream:
     latest remembered chunk start at or before `step`, for a checkpoint.
     """
 
-    def __init__(self, cache_units, keep=None, repeat=True, vocab_size=None, chunk_bytes=CHUNK_BYTES):
+    def __init__(self, cache_units, keep=None, repeat=True, vocab_size=None, chunk_bytes=None):
         self.units = list(cache_units)
         if not self.units:
             raise ValueError("no cache-backed unit to generate from")
@@ -154,7 +154,7 @@ class GeneratedStream:
         self.bsz = config.bsz_per_host
         self.keep = np.ones(self.bsz, dtype=np.bool_) if keep is None else np.asarray(keep, dtype=np.bool_)
         self.repeat, self.vocab_size = repeat, vocab_size
-        self.chunk_steps = units.steps_per_chunk(config, chunk_bytes)
+        self.chunk_steps = units.steps_per_chunk(config, chunk_bytes or CHUNK_BYTES)
         self.ends = np.cumsum([unit.num_batch for unit in self.units])
         self.total = int(self.ends[-1])
         self._history = collections.deque(maxlen=HISTORY_CHUNKS)
