@@ -139,3 +139,27 @@ def test_a_missing_or_stale_cache_is_one_line(cache_dirs, tmp_path):
         list(ip.make_dataset(str(save_dir / "tfrecords"), data, repeat=False).take(1))
     for message in (str(err) for err in [TokenCacheError("x")]):
         assert "\n" not in message
+
+
+@needs_shared
+def test_dump_shows_a_cache_units_examples_as_the_records_ones(cache_dirs, tmp_path):
+    from conftest import run_module
+    save_dir, config = cache_dirs["g6_num_passes"]
+    records_dir = tmp_path / "records"
+    create_records(dataclasses.replace(config, save_dir=str(records_dir), write_records=True), num_workers=1)
+    shown = []
+    for where in (save_dir, records_dir):
+        result = run_module("xlnet_data.dump", where, "--pass_id=2", "--task=0", "--format=json", "--skip=600",
+                            "--limit=30")
+        assert result.returncode == 0, result.stderr
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        shown.append([{key: value for key, value in line.items() if key != "file"} for line in lines])
+    assert len(shown[0]) == 30 and shown[0] == shown[1]
+
+    broken = tmp_path / "broken"
+    shutil.copytree(save_dir, broken)
+    for cache in Path(broken, "token_cache").glob("*.bin"):
+        os.remove(cache)
+    result = run_module("xlnet_data.dump", broken, "--pass_id=1")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith("dump: error: ") and "token cache" in result.stderr and "is missing" in result.stderr

@@ -153,3 +153,29 @@ def test_cache_unit_positions_index_the_stream(both):
     assert stream._locate(0) == (0, 0) and stream._locate(first) == (1, first)
     assert stream._locate(found.num_batch + first + 1) == (1, found.num_batch + first)
     assert dataclasses.is_dataclass(generated.Position)
+
+
+def test_train_gpu_logs_the_same_losses_from_the_cache_and_a_missing_cache_is_one_line(both, tmp_path):
+    """What a user checks from the command line: every step's loss line, on the records and on the cache."""
+    import re
+    import shutil
+
+    from conftest import run_module
+    from test_train import TINY_SHAPE
+    records, cache = both
+    logged = []
+    for save_dir in (records, cache):
+        result = run_module("xlnet_data.train_gpu", f"--record_info_dir={save_dir}", f"--model_dir={tmp_path / 'm'}"
+                            f"{len(logged)}", "--train_steps=4", "--iterations=1", "--mem_len=16", *TINY_SHAPE)
+        assert result.returncode == 0, result.stderr[-3000:]
+        logged.append(re.findall(r"step \d+ \| loss [\d.]+", result.stderr))
+    assert len(logged[0]) == 4 and logged[1] == logged[0]
+
+    broken = tmp_path / "broken"
+    shutil.copytree(cache, broken)
+    for path in (broken / "token_cache").glob("*.bin"):
+        path.unlink()
+    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={broken}", f"--model_dir={tmp_path / 'x'}",
+                        "--train_steps=1", *TINY_SHAPE)
+    assert result.returncode == 2 and result.stderr.startswith("train: error: "), result.stderr[-3000:]
+    assert len(result.stderr.strip().splitlines()) == 1 and "is missing; re-run create" in result.stderr  # before TF

@@ -231,3 +231,30 @@ def unit_payloads(unit: CacheUnit, vocab_size=None):
         view = memoryview(data)
         for offset, length in zip(offsets, lengths):
             yield bytes(view[offset:offset + length])
+
+
+def find_cache_units(path: str) -> list[CacheUnit]:
+    """The cache-backed units of a save_dir (or its tfrecords/ folder), in stream order (sorted record_info names,
+    as train_gpu reads them); [] when it has none."""
+    found = []
+    for info_path in save_dir.record_info_paths(save_dir.tfrecords_dir(path)):
+        info = save_dir.read_json(info_path)
+        if is_cache_backed(info):
+            found.append(cache_unit(info_path, info, int(info.get("num_batch", 0))))
+    return found
+
+
+def check_corpus_info(corpus_info_path: str, info: dict, unit: CacheUnit) -> None:
+    """corpus_info.json against a cache-backed unit: its SentencePiece model (sp_path) is the one the cache was
+    made with, and vocab_size is that model's (the names and create_settings: common/validation.py)."""
+    sp_path = info.get("sp_path")
+    if sp_path and os.path.isfile(sp_path) and token_cache.model_digest(sp_path) != unit.reference.get("sp_sha256"):
+        raise TokenCacheError(f"{corpus_info_path}: sp_path={sp_path} is not the SentencePiece model "
+                              f"{unit.info_path} was made with; re-create the save_dir, or fix corpus_info.json")
+    vocab_size = info.get("vocab_size")
+    if vocab_size is not None and fileio.exists(unit.config.sp_path):
+        pieces = load_sentencepiece(unit.config.sp_path).get_piece_size()
+        if pieces != vocab_size:
+            raise TokenCacheError(f"{corpus_info_path}: vocab_size={vocab_size} contradicts the token cache's "
+                                  f"SentencePiece model {unit.config.sp_path} ({pieces} pieces); re-create the "
+                                  "save_dir, or fix corpus_info.json")
