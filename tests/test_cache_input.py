@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from conftest import GOLDEN, golden_flags, needs_shared
 
 from xlnet_data.datagen import generated

@@ -44,7 +44,6 @@ from xlnet_data.common import save_dir, validation
 from xlnet_data.common import vocab as _vocab
 from xlnet_data.common.records import RecordError, parse_example, read_records
 from xlnet_data.datagen import generated
-from xlnet_data.datagen.token_cache import TokenCacheError
 from xlnet_data.datagen.inspection import (
     SETTING_KEYS,
     InspectionError,
@@ -60,6 +59,7 @@ from xlnet_data.datagen.inspection import (
     resolve_settings,
     resolve_sp_path,
 )
+from xlnet_data.datagen.token_cache import TokenCacheError
 
 # =====================================================================================
 # The command line (absl flags live only here).
