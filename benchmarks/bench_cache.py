@@ -134,7 +134,8 @@ def bench_step(args, work):
     from xlnet_data.pretrain import inputs as ip
     from xlnet_data.pretrain import modeling as M
     from xlnet_data.pretrain import training as T
-    model = M.XLNetConfig(n_layer=6, d_model=32, n_head=4, d_head=8, d_inner=32, n_token=32000)
+    model = M.XLNetConfig(n_layer=6, d_model=32, n_head=4, d_head=8, d_inner=32, ff_activation="relu", untie_r=False,
+                          n_token=32000)
     data = ip.InputConfig(seq_len=128, reuse_len=64, perm_size=64, bsz_per_host=8, num_predict=21, uncased=True)
 
     def step_times(save_dir):

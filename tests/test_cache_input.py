@@ -162,3 +162,21 @@ def test_dump_shows_a_cache_units_examples_as_the_records_ones(cache_dirs, tmp_p
     result = run_module("xlnet_data.dump", broken, "--pass_id=1")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert result.stderr.startswith("dump: error: ") and "token cache" in result.stderr and "is missing" in result.stderr
+
+
+@needs_shared
+def test_beam_writes_the_local_runners_cache_backed_units(cache_dirs, tmp_path):
+    """--runner=beam honours --write_records=false (its units run units.run_unit too): the same record_infos,
+    the cache kept, no records."""
+    from test_beam import IN_PROCESS_RUNNER, needs_beam
+    if needs_beam.args[0]:
+        pytest.skip(needs_beam.kwargs["reason"])
+    local_dir, config = cache_dirs["g6_num_passes"]
+    create_records(dataclasses.replace(config, save_dir=str(tmp_path)), beam_args=[f"--runner={IN_PROCESS_RUNNER}"])
+    names = sorted(p.name for p in Path(local_dir, "tfrecords").iterdir())
+    assert sorted(p.name for p in (tmp_path / "tfrecords").iterdir()) == names
+    for name in names:
+        assert json.loads((tmp_path / "tfrecords" / name).read_text()) == json.loads(
+            Path(local_dir, "tfrecords", name).read_text())
+    assert sorted(p.name for p in (tmp_path / "token_cache").iterdir()) == sorted(
+        p.name for p in Path(local_dir, "token_cache").iterdir())
