@@ -180,3 +180,17 @@ def test_beam_writes_the_local_runners_cache_backed_units(cache_dirs, tmp_path):
             Path(local_dir, "tfrecords", name).read_text())
     assert sorted(p.name for p in (tmp_path / "token_cache").iterdir()) == sorted(
         p.name for p in Path(local_dir, "token_cache").iterdir())
+
+
+@needs_shared
+def test_a_records_run_keeps_the_cache_that_other_cache_backed_units_need(cache_dirs, tmp_path):
+    source, config = cache_dirs["g6_num_passes"]
+    shutil.copytree(source, tmp_path / "s")
+    create_records(dataclasses.replace(config, save_dir=str(tmp_path / "s"), write_records=True, num_passes=None,
+                                       pass_id=0), num_workers=1)
+    assert [p.name.split(".")[0] for p in (tmp_path / "s" / "tfrecords").glob("*.tfrecords")] == ["train-0-0"]
+    assert len(generated.find_cache_units(str(tmp_path / "s"))) == 2  # passes 1 and 2
+    for unit in generated.find_cache_units(str(tmp_path / "s")):
+        generated.check_cache(unit)  # still there
+    with pytest.raises(ValueError, match="holds both records and cache-backed units"):
+        ip.find_records(str(tmp_path / "s" / "tfrecords"), input_config(config))
