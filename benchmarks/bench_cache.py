@@ -8,7 +8,8 @@ generator: for seq_len 128 (the seed blog's flags) and 512 (the original README'
   4 TPU cores, bi_data), a save_dir with records (one pass) and its kept token cache is made from a corpus of
   `size_mb` (sample_corpus/ repeated), then, in this process pinned to one core (CPU time, the machine may be
   shared), the unit's records are made from the cache by the input pipeline's generator (GeneratedStream:
-  the compiled pairing, masking and serialising loop) and, as the yardstick, read from the records file
+  the compiled pairing, masking and serialising loop), made again without serialising (what a resume without
+  a saved position costs a step) and, as the yardstick, read from the records file
   by tf.data (TFRecordDataset, what train_gpu's records path costs before parsing). Record tokens/s =
   records x seq_len / seconds; the unit's set-up (the stream read from the cache, laid out) is timed apart.
 step: train_gpu's CPU training step (train_gpu's default small model, seq_len 128, 8 rows, mem_len 64) fed
@@ -92,7 +93,7 @@ def bench_generator(args, work):
         unit = generated.CacheUnit(info_path, info["num_batch"], unit.config,
                                    token_cache.cache_reference(unit.config, cache_index))
         records = info["num_batch"] * unit.config.bsz_per_host
-        gen, setup, read, walls = [], [], [], []
+        gen, setup, read, walls, skips = [], [], [], [], []
         list(generated.GeneratedStream([unit], repeat=False).chunks())  # untimed: compiled code loaded, files cached
         for _ in range(args.rounds):
             start = time.process_time()
@@ -105,6 +106,10 @@ def bench_generator(args, work):
             gen.append(time.process_time() - start)
             walls.append(time.perf_counter() - wall)
             assert made == records
+            start = time.process_time()  # a resume without a saved position: the steps before it, unserialised
+            stream = generated.GeneratedStream([unit], repeat=False)
+            stream._skip(generated.open_loop(unit), unit, 0, unit.num_batch)
+            skips.append(time.process_time() - start)
             start = time.process_time()
             count = 0
             for _ in tf.data.TFRecordDataset(record_file).batch(4096).prefetch(1):
@@ -114,12 +119,13 @@ def bench_generator(args, work):
         g, s, r = (statistics.median(v) for v in (gen, setup, read))
         lines.append(f"| {seq_len} | {records} ({nbytes / 1e6:.0f} MB) | {tokens / (g - s) / 1e6:.2f} | "
                      f"{tokens / g / 1e6:.2f} (wall {tokens / statistics.median(walls) / 1e6:.2f}) | "
-                     f"{tokens / r / 1e6:.2f} | {s:.2f} |")
+                     f"{tokens / r / 1e6:.2f} | {s:.2f} | {tokens / statistics.median(skips) / 1e6:.2f} |")
     print(f"CPU: {cpu_name()}; one core (#{args.core}), CPU seconds, median of {args.rounds}; corpus "
           f"{args.size_mb} MB of sample_corpus/ repeated")
     print("| seq_len | records | generated, M record tokens/s (loop only) | generated incl. the unit's set-up | "
-          "yardstick: tf.data reading the records file, M record tokens/s | set-up s |")
-    print("|---|---|---|---|---|---|")
+          "yardstick: tf.data reading the records file, M record tokens/s | set-up s | "
+          "made unserialised (a resume without a saved position), M record tokens/s |")
+    print("|---|---|---|---|---|---|---|")
     print("\n".join(lines))
 
 
