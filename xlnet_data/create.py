@@ -59,6 +59,11 @@ def define_flags():
     flags.DEFINE_bool("keep_cache", False,
                       "Keep save_dir/token_cache (each task's encoded files, read by all its passes) after the run "
                       "completes; by default it is deleted then. A run stopped early always keeps it for the re-run.")
+    flags.DEFINE_bool("write_records", True,
+                      "Write each (task, pass) unit's tfrecords. --nowrite_records keeps save_dir/token_cache instead "
+                      "(about 4.1 bytes a token, once, against ~24 bytes a token per pass of records), and each unit's "
+                      "record_info (num_batch included) names it: train_gpu and dump make the very same records from "
+                      "it as they read them.")
     flags.DEFINE_enum("runner", "local", ["local", "beam"],
                       "local: worker processes on this machine; beam: an Apache Beam pipeline, one element per unit.")
     flags.DEFINE_string("beam_runner", "DirectRunner",

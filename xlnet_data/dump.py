@@ -4,6 +4,8 @@ Usage:
   python -m xlnet_data.dump PATH [PATH ...] [flags]
 
 PATH is a save_dir (holding corpus_info.json and tfrecords/), a tfrecords/ folder,
+a cache-backed save_dir (create --write_records=false: the records are made from
+its token cache, as train_gpu makes them),
 one or more .tfrecords or .tfrecords.gz files (plain or gzip, detected from the
 content), or a quoted glob. seq_len, reuse_len, bsz_per_host, bi_data and the
 SentencePiece model come from corpus_info.json beside the records (in the
@@ -41,6 +43,7 @@ import numpy as np
 from xlnet_data.common import save_dir, validation
 from xlnet_data.common import vocab as _vocab
 from xlnet_data.common.records import RecordError, parse_example, read_records
+from xlnet_data.datagen import generated
 from xlnet_data.datagen.inspection import (
     SETTING_KEYS,
     InspectionError,
@@ -56,6 +59,7 @@ from xlnet_data.datagen.inspection import (
     resolve_settings,
     resolve_sp_path,
 )
+from xlnet_data.datagen.token_cache import TokenCacheError
 
 # =====================================================================================
 # The command line (absl flags live only here).
@@ -95,12 +99,43 @@ def define_flags():
                       "Colour masked pieces: auto = only when stdout is a terminal (and NO_COLOR is unset).")
     flags.DEFINE_boolean("strict", False, "Exit 1 when a record fails the layout or target checks.")
     flags.DEFINE_boolean("verify_crc", True, "Check every record's CRC (--noverify_crc skips it).")
+    flags.DEFINE_integer("task", None, "Only the units (records files, or a cache-backed save_dir's units) of this "
+                         "task.", lower_bound=0)
+    flags.DEFINE_integer("pass_id", None, "Only the units of this pass.", lower_bound=0)
 
 
-def _selected_records(files, skip, limit, verify_crc):
-    """(global index, (file, record index, offset, payload)) of the selected records, read lazily."""
-    every = ((path, *record) for path in files for record in read_records(path, verify_crc))
+def _selected_records(files, skip, limit, verify_crc, cache_units=None):
+    """(global index, (file, record index, offset, payload)) of the selected records, read lazily (made from the
+    token cache for `cache_units`: `files` are then their record_info paths, offsets None)."""
+    if cache_units:
+        every = ((unit.info_path, index, None, payload) for unit in cache_units
+                 for index, payload in enumerate(generated.unit_payloads(unit)))
+    else:
+        every = ((path, *record) for path in files for record in read_records(path, verify_crc))
     return itertools.islice(enumerate(every), skip, None if limit is None else skip + limit)
+
+
+def _of_unit(path, task, pass_id):
+    """Whether a records or record_info file belongs to the --task / --pass_id selection."""
+    parsed = save_dir.parse_name(path)
+    if task is None and pass_id is None:
+        return True
+    return parsed is not None and task in (None, parsed.task) and pass_id in (None, parsed.pass_id)
+
+
+def _cache_units(paths, task, pass_id):
+    """The selected units of a cache-backed save_dir given as the only PATH, else None."""
+    if len(paths) != 1 or not os.path.isdir(paths[0]):
+        return None
+    found = generated.find_cache_units(paths[0])
+    if not found:
+        return None
+    chosen = [unit for unit in found if _of_unit(unit.info_path, task, pass_id)]
+    if not chosen:
+        raise InspectionError(f"no unit of --task={task} --pass_id={pass_id} in {paths[0]}")
+    for unit in chosen:  # a missing or stale cache: one line
+        generated.check_cache(unit)
+    return chosen
 
 
 def _main(argv):
@@ -121,7 +156,7 @@ def _main(argv):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except (InspectionError, RecordError, save_dir.SaveDirError, _vocab.VocabError) as error:
+    except (InspectionError, RecordError, save_dir.SaveDirError, _vocab.VocabError, TokenCacheError) as error:
         out.flush()
         return cli.fail("dump", error)
     except OSError as error:  # e.g. an unwritable --plot path, an unreadable folder
@@ -139,13 +174,23 @@ def _dump(paths, FLAGS, out, err):
     if FLAGS.plot and importlib.util.find_spec("matplotlib") is None:
         raise InspectionError("--plot needs matplotlib: pip install matplotlib (or pip install 'xlnet-data[plot]')")
 
-    files, candidates = resolve_inputs(paths)
-    validation.check_record_files(files)  # each file holds the records its record_info lists
+    cache_units = _cache_units(paths, FLAGS.task, FLAGS.pass_id)
+    if cache_units:  # a cache-backed save_dir: its units' record_infos stand for the files
+        files = [unit.info_path for unit in cache_units]
+        candidates = [save_dir.corpus_info_path(paths[0])]
+    else:
+        files, candidates = resolve_inputs(paths)
+        files = [path for path in files if _of_unit(path, FLAGS.task, FLAGS.pass_id)]
+        if not files:
+            raise InspectionError(f"no records file of --task={FLAGS.task} --pass_id={FLAGS.pass_id} in {paths}")
+        validation.check_record_files(files)  # each file holds the records its record_info lists
     overrides = {k: getattr(FLAGS, k) for k in SETTING_KEYS if k != "num_predict"}
     settings, sources, info, info_path, warnings = resolve_settings(
         files, candidates, overrides, corpus_info_path=FLAGS.corpus_info)
     if info_path:  # corpus_info.json against the record_infos beside the records and their first records
         validation.check_corpus_info(info_path, info, os.path.dirname(os.path.abspath(files[0])))
+        for unit in cache_units or ():
+            generated.check_corpus_info(info_path, info, unit)
 
     sp = sp_where = None
     if FLAGS.sp_path:
@@ -174,7 +219,8 @@ def _dump(paths, FLAGS, out, err):
     color = FLAGS.color == "always" or (FLAGS.color == "auto" and out.isatty() and not os.environ.get("NO_COLOR"))
 
     def decoded_stream(with_sp):
-        for index, (path, record, offset, payload) in _selected_records(files, skip, limit, FLAGS.verify_crc):
+        for index, (path, record, offset, payload) in _selected_records(files, skip, limit, FLAGS.verify_crc,
+                                                                        cache_units):
             features = parse_example(payload, seq_len, vocab_size, path, record, offset)
             reverse = is_backward_row(record, bsz, settings.get("num_core_per_host"), settings.get("bi_data"))
             decoded = decode_example(features, sp if with_sp else None, reuse_len, reverse)
@@ -187,7 +233,8 @@ def _dump(paths, FLAGS, out, err):
         stats["files"] = files
         stats["settings"] = settings
         if skip == 0 and limit is None:
-            stats["record_info_num_batch"] = record_info_batches(files)
+            stats["record_info_num_batch"] = (sum(unit.num_batch for unit in cache_units) if cache_units
+                                              else record_info_batches(files))
         if FLAGS.format == "json":
             print(json.dumps(stats, default=_json_default), file=out)
         else:

@@ -16,6 +16,7 @@ from absl import flags
 
 from xlnet_data import cli
 from xlnet_data.common import save_dir, stopping, validation
+from xlnet_data.datagen import generated
 from xlnet_data.datagen.config import ConfigError
 
 FLAGS = flags.FLAGS
@@ -116,6 +117,10 @@ def find_record_dirs(record_info_dir: str):
         corpus_info = save_dir.find_corpus_info(tfrecords)
         if corpus_info:
             validation.check_corpus_info(corpus_info, save_dir.read_json(corpus_info), tfrecords)
+        for unit in generated.find_cache_units(tfrecords):  # create --write_records=false: its token cache
+            generated.check_cache(unit)
+            if corpus_info:
+                generated.check_corpus_info(corpus_info, save_dir.read_json(corpus_info), unit)
         found.append((tfrecords, corpus_info))
     return found
 

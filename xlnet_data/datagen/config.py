@@ -41,6 +41,7 @@ class CreateConfig:
     span_unit: str = "piece"
     strict: bool = False  # invalid UTF-8 stops the run instead of being replaced
     allow_binary: bool = False  # read files with NUL bytes or mostly invalid UTF-8 instead of refusing them
+    write_records: bool = True  # False: keep the token cache; train_gpu and dump make the records from it
 
     @property
     def num_core(self) -> int:

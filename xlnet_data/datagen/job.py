@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from xlnet_data.common import run_lock
-from xlnet_data.datagen import token_cache
+from xlnet_data.datagen import generated, token_cache
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import make_plan, prepare_save_dir
 from xlnet_data.datagen.units import UnitResult
@@ -66,7 +66,9 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
             # save_dir output is this run's, even one whose worker died before it could remove it.
             run_lock.remove_stale_temporaries(config.save_dir)
             raise
-        if not keep_cache:  # each task's encoded files, read by all its passes (see token_cache)
+        # Each task's encoded files, read by all its passes (see token_cache); kept while cache-backed units
+        # (--write_records=false) of the save_dir need them.
+        if not keep_cache and config.write_records and not generated.find_cache_units(config.save_dir):
             token_cache.remove(config)
     return CreateSummary(tuple(results))
 

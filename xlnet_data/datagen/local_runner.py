@@ -58,7 +58,7 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None, keep_cache=Fal
     encode_threads = max(1, cores // max(1, min(num_workers, len(encode_jobs))))
     units_of_task = collections.Counter(unit.task for unit, _ in todo)
     inputs = {task: (files, key) for task, files, key in encode_jobs}
-    in_memory = set() if keep_cache else {task for task, (_, key) in inputs.items()
+    in_memory = set() if keep_cache or not config.write_records else {task for task, (_, key) in inputs.items()
                                           if units_of_task[task] == 1 and token_cache.read_index(config, task, key) is None}
     single_jobs = [(config, unit, *inputs[unit.task], encode_threads) for unit, _ in todo if unit.task in in_memory]
     encode_jobs = [(config, task, files, key, encode_threads) for task, (files, key) in inputs.items()

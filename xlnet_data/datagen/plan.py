@@ -59,7 +59,9 @@ def unit_is_complete(config, unit):
         return False
     if info.get("create_settings") != units.record_settings(config):
         raise CreateError(f"{info_path} was written with other flags; use another --save_dir, or --overwrite")
-    return fileio.exists(record_path)
+    if units.TOKEN_CACHE in info:  # cache-backed: complete while its cache is there, and if no records are asked
+        return not config.write_records and token_cache.referenced_cache_exists(config, info[units.TOKEN_CACHE])
+    return config.write_records and fileio.exists(record_path)
 
 
 def _size(path):

@@ -260,6 +260,24 @@ def read_stream(config: CreateConfig, index: CacheIndex, order):
     return ids, sent_ids
 
 
+def model_digest(sp_path) -> str:
+    with fileio.open_read(sp_path) as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def cache_reference(config: CreateConfig, index: CacheIndex) -> dict:
+    """What a cache-backed unit's record_info says of the cache its records are made from (--write_records=false):
+    enough to find it and to tell a stale or damaged one (datagen/generated.py checks it)."""
+    data_path, _ = save_dir.token_cache_paths(config.save_dir, index.task, index.key)
+    return {"task": index.task, "key": index.key, "tokens": index.tokens, "bytes": fileio.size(data_path),
+            "sp_sha256": model_digest(config.sp_path)}
+
+
+def referenced_cache_exists(config: CreateConfig, reference: dict) -> bool:
+    data_path, index_path = save_dir.token_cache_paths(config.save_dir, reference["task"], reference["key"])
+    return fileio.exists(index_path) and fileio.exists(data_path)
+
+
 def remove(config: CreateConfig):
     """Deletes the token caches of the run's tasks (when the run has completed)."""
     save_dir.remove_token_caches(config.save_dir, config.tasks)

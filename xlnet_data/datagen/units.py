@@ -51,6 +51,7 @@ class UnitResult:
 
 COUNTS = ("files", "lines", "tokens", "records", "num_batch", "dropped_tokens", "invalid_utf8_lines", "skipped_files")
 RECORD_INFO_COUNTS = "create_counts"  # record_info's key for a unit's COUNTS, read back by runners without metrics
+TOKEN_CACHE = "token_cache"  # record_info's key of a cache-backed unit (no records): which cache makes them
 
 
 def plan_units(config: CreateConfig):
@@ -117,15 +118,18 @@ def _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, after_a, afte
     ends[LABEL] = begins[LABEL] + 1
 
 
-@compiled.jit()
+@compiled.jit(nogil=True)
 def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_steps, seq_len, reuse_len, goal_mem,
                  goal_ab, mask_alpha, mask_beta, word_spans, is_start, cdf, np_mt, py_mt,
-                 keys, key_lengths, buf):
+                 keys, key_lengths, keep, buf):
     """Serialises up to `max_steps` steps (one example per row each) from step `first_step` into `buf`.
 
     Returns (steps written, bytes written, done). `done` is True once the rows are used up or a row
     cannot give A/B any more; the original drops that whole step and stops there. `bounds` and
-    `bound_offsets` are the rows' sentence boundaries (pairing.row_boundaries).
+    `bound_offsets` are the rows' sentence boundaries (pairing.row_boundaries). Only rows r with `keep[r]`
+    are serialised; the others still draw their A/B and masks, which the rows after them depend on (a
+    worker's share, pretrain/cache_input.py; a count of the steps). nogil: the training input pipeline
+    runs it beside the step.
     """
     bsz = source.shape[0]
     num_rows = data.shape[0]
@@ -175,31 +179,60 @@ def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_s
                         cdf, np_mt, word_spans)
             sample_mask(ab[::direction], mask_ab[::direction], is_start, goal_ab, mask_alpha, mask_beta,
                         cdf, np_mt, word_spans)
-            _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, row[a_end], row[b_end], label)
-            pos = records.put_record(buf, pos, payloads, begins, ends, keys, key_lengths)
+            if keep[r]:
+                _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, row[a_end], row[b_end], label)
+                pos = records.put_record(buf, pos, payloads, begins, ends, keys, key_lengths)
     return max_steps, pos, False
+
+
+class UnitLoop:
+    """A unit's rows as the compiled loop reads them, and its two random streams where they stand: `write` goes
+    on from there. create writes a unit's records with it; train_gpu and dump make a cache-backed unit's
+    records with it (pretrain/cache_input.py, datagen/generated.py), so both are the same bytes."""
+
+    def __init__(self, config: CreateConfig, rows: layout.Rows, is_start, np_mt, py_mt):
+        self.config, self.rows, self.is_start, self.np_mt, self.py_mt = config, rows, is_start, np_mt, py_mt
+        self.bounds, self.bound_offsets = row_boundaries(rows.sent_ids)
+        self.cdf = ngram_cdf()
+        self.every_row = np.ones(rows.source.shape[0], dtype=np.bool_)
+
+    @property
+    def bsz(self):
+        return self.rows.source.shape[0]
+
+    def write(self, first_step, max_steps, buf, keep=None):
+        """Up to `max_steps` steps from `first_step` (where the random streams stand) into `buf`, the rows of
+        `keep` only (default: all); returns (steps, bytes, done) as _write_steps."""
+        config = self.config
+        goal_mem, goal_ab = config.num_predict_parts
+        return _write_steps(
+            self.rows.data, self.bounds, self.bound_offsets, self.rows.source, self.rows.reverse, first_step,
+            max_steps, config.seq_len, config.reuse_len, goal_mem, goal_ab, config.mask_alpha, config.mask_beta,
+            config.span_unit == "word", self.is_start, self.cdf, self.np_mt, self.py_mt, records.FEATURE_KEYS,
+            records.FEATURE_KEY_LENGTHS, self.every_row if keep is None else keep, buf)
+
+
+def steps_per_chunk(config: CreateConfig, chunk_bytes=CHUNK_BYTES):
+    """Steps of records that fit `chunk_bytes` (at least one)."""
+    return max(1, chunk_bytes // (config.bsz_per_host * records.max_record_bytes(config.seq_len)))
 
 
 def write_unit_records(config: CreateConfig, rows: layout.Rows, is_start, np_mt, py_mt, out,
                        on_records: Optional[Callable[[int], None]] = None):
-    """Writes the unit's records to the binary file `out`; returns the number of batches (steps)."""
-    goal_mem, goal_ab = config.num_predict_parts
-    bsz = rows.source.shape[0]
-    steps_per_chunk = max(1, CHUNK_BYTES // (bsz * records.max_record_bytes(config.seq_len)))
-    buf = np.empty(steps_per_chunk * bsz * records.max_record_bytes(config.seq_len), dtype=np.uint8)
-    cdf = ngram_cdf()
-    bounds, bound_offsets = row_boundaries(rows.sent_ids)
+    """Writes the unit's records to the binary file `out`; returns the number of batches (steps). With
+    `out` None nothing is serialised, the steps are only counted (a cache-backed unit: --write_records=false)."""
+    loop = UnitLoop(config, rows, is_start, np_mt, py_mt)
+    chunk = steps_per_chunk(config)
+    buf = np.empty(chunk * loop.bsz * records.max_record_bytes(config.seq_len) if out else 0, dtype=np.uint8)
+    keep = None if out else np.zeros(loop.bsz, dtype=np.bool_)
     num_batch, done = 0, False
     while not done:
-        steps, nbytes, done = _write_steps(
-            rows.data, bounds, bound_offsets, rows.source, rows.reverse, num_batch, steps_per_chunk, config.seq_len,
-            config.reuse_len, goal_mem, goal_ab, config.mask_alpha, config.mask_beta,
-            config.span_unit == "word", is_start, cdf, np_mt, py_mt, records.FEATURE_KEYS,
-            records.FEATURE_KEY_LENGTHS, buf)
-        fileio.write_array(out, buf[:nbytes])
+        steps, nbytes, done = loop.write(num_batch, chunk, buf, keep)
+        if out:
+            fileio.write_array(out, buf[:nbytes])
         num_batch += steps
         if on_records:
-            on_records(steps * bsz)
+            on_records(steps * loop.bsz)
     return num_batch
 
 
@@ -210,7 +243,7 @@ class _NoBatches(Exception):
 def record_settings(config: CreateConfig):
     """What decides a unit's records beyond its file name; kept in record_info to recognise it on a re-run."""
     settings = dataclasses.asdict(config)
-    for run_only in ("save_dir", "pass_id", "num_passes", "task", "strict", "allow_binary"):
+    for run_only in ("save_dir", "pass_id", "num_passes", "task", "strict", "allow_binary", "write_records"):
         settings.pop(run_only)
     return settings
 
@@ -229,15 +262,18 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
     result = UnitResult(unit, files=len(index.shards), lines=sum(s["lines"] for s in index.shards),
                         tokens=index.tokens, invalid_utf8_lines=sum(s["invalid_utf8_lines"] for s in index.shards),
                         skipped_files=index.skipped_files)
-    random_state = np.random.RandomState(unit.seed)
-    order = random_state.permutation(len(index.shards))
-    ids, sent_ids = encoded.stream(order) if encoded else token_cache.read_stream(config, index, order)
-    rows = layout.layout_rows(ids, sent_ids, config.bsz_per_host, config.num_core, config.bi_data)
+    rows, random_state = unit_rows(config, unit, index, encoded)
     record_path, info_path = record_paths(config, unit)
     try:
-        with fileio.atomic_write(record_path) as out:
+        if config.write_records:
+            with fileio.atomic_write(record_path) as out:
+                num_batch = write_unit_records(config, rows, start_piece_table(sp), rng.numpy_state(random_state),
+                                               rng.python_state(unit.seed), out, on_records)
+                if num_batch == 0:
+                    raise _NoBatches
+        else:  # counted only: train_gpu and dump make the records from the token cache
             num_batch = write_unit_records(config, rows, start_piece_table(sp), rng.numpy_state(random_state),
-                                           rng.python_state(unit.seed), out, on_records)
+                                           rng.python_state(unit.seed), None, on_records)
             if num_batch == 0:
                 raise _NoBatches
     except _NoBatches:
@@ -249,11 +285,25 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
     result.num_batch = num_batch
     result.records = num_batch * config.bsz_per_host
     result.dropped_tokens = result.tokens - num_batch * config.reuse_len * rows.data.shape[0]
-    result.record_path = record_path
     info = {"filenames": [record_path], "num_batch": num_batch, "create_settings": record_settings(config),
             RECORD_INFO_COUNTS: {field: getattr(result, field) for field in COUNTS}}
+    if config.write_records:
+        result.record_path = record_path
+    else:
+        info["filenames"] = []
+        info[TOKEN_CACHE] = token_cache.cache_reference(config, index)
     save_dir.write_json(info_path, info)
     return result
+
+
+def unit_rows(config: CreateConfig, unit: Unit, index: token_cache.CacheIndex,
+              encoded: Optional[token_cache.EncodedTask] = None):
+    """The unit's rows (its task's stream in the unit's seeded file order, laid out) and numpy's generator after
+    the file-order draw (the masks' draws follow)."""
+    random_state = np.random.RandomState(unit.seed)
+    order = random_state.permutation(len(index.shards))
+    ids, sent_ids = encoded.stream(order) if encoded else token_cache.read_stream(config, index, order)
+    return layout.layout_rows(ids, sent_ids, config.bsz_per_host, config.num_core, config.bi_data), random_state
 
 
 def recorded_result(config: CreateConfig, unit: Unit) -> UnitResult:
@@ -262,4 +312,5 @@ def recorded_result(config: CreateConfig, unit: Unit) -> UnitResult:
     record_path, info_path = record_paths(config, unit)
     info = save_dir.read_json(info_path)
     counts = info.get(RECORD_INFO_COUNTS, {"num_batch": info.get("num_batch", 0)})
-    return UnitResult(unit, **{field: int(counts.get(field, 0)) for field in COUNTS}, record_path=record_path)
+    return UnitResult(unit, **{field: int(counts.get(field, 0)) for field in COUNTS},
+                      record_path=record_path if info.get("filenames") else None)

@@ -44,6 +44,8 @@ import tensorflow as tf
 
 from xlnet_data.common import save_dir, validation
 from xlnet_data.common.vocab import CLS_ID, SEP_ID
+from xlnet_data.datagen import generated
+from xlnet_data.pretrain import cache_input
 
 # (indices in the stream of a batch's consecutive examples [n] int64 tensor, part 0 = first
 # reuse_len positions / 1 = the rest) -> a permutation of range(perm_size) per example [n, perm_size].
@@ -106,6 +108,7 @@ class RecordInfo:
     filenames: tuple[str, ...]
     num_batch: int
     units: tuple[tuple[str, int, tuple[str, ...]], ...] = ()  # (record_info path, its num_batch, its files)
+    cache_units: tuple = ()  # generated.CacheUnit of each cache-backed unit (create --write_records=false)
 
 
 def find_records(record_info_dir: str, config: InputConfig) -> RecordInfo:
@@ -117,6 +120,7 @@ def find_records(record_info_dir: str, config: InputConfig) -> RecordInfo:
     filenames: list[str] = []
     num_batch = 0
     units = []
+    cache_units = []
     for record_dir in record_info_dir.split(","):
         pattern = save_dir.record_info_glob(record_dir, config.split, settings)
         info_paths = sorted(glob.glob(pattern))
@@ -126,12 +130,18 @@ def find_records(record_info_dir: str, config: InputConfig) -> RecordInfo:
             if config.num_passes is not None and save_dir.parse_name(info_path).pass_id >= config.num_passes:
                 continue
             info = save_dir.read_json(info_path)
-            files = save_dir.record_files(info_path, info)
             batches = validation.read_num_batch(info_path, info)
             num_batch += batches
+            if generated.is_cache_backed(info):
+                cache_units.append(generated.cache_unit(info_path, info, batches))
+                continue
+            files = save_dir.record_files(info_path, info)
             filenames += files
             units.append((info_path, batches, tuple(files)))
-    return RecordInfo(tuple(filenames), num_batch, tuple(units))
+    if cache_units and units:
+        raise save_dir.SaveDirError(f"{record_info_dir}: holds both records and cache-backed units (create "
+                                    "--write_records=false) for these settings; train on one kind (another save_dir)")
+    return RecordInfo(tuple(filenames), num_batch, tuple(units), tuple(cache_units))
 
 
 def _read_records(filenames: Sequence[str]) -> tf.data.Dataset:
@@ -303,23 +313,29 @@ def make_parser(config: InputConfig, permutation: PermutationFn):
 
 
 def record_batches(record_info_dir: str, config: InputConfig, *, seed: int = 0,
-                   permutation: Optional[PermutationFn] = None, repeat: bool = True, start: int = 0) -> tf.data.Dataset:
+                   permutation: Optional[PermutationFn] = None, repeat: bool = True, start: int = 0,
+                   feed: Optional[cache_input.CacheFeed] = None) -> tf.data.Dataset:
     """What make_dataset parses, batch by batch: (serialized records [bsz_per_core], the two parts'
     permutations [bsz_per_core, perm_size] each), the permutations drawn for the batch's example indices.
 
     Parsing is row by row, so these rows can be regrouped before parsing (replica_batches splits the
     cores' batches into the replicas' this way) and give the same rows of features, without moving the
-    features (perm_mask is seq_len^2 floats a row). Arguments as make_dataset's.
+    features (perm_mask is seq_len^2 floats a row). Arguments as make_dataset's; `feed`: how a cache-backed
+    source is generated (pretrain/cache_input.py).
     """
     records = find_records(record_info_dir, config)
-    if not records.filenames:
+    if not records.filenames and not records.cache_units:
         raise FileNotFoundError(f"no record files selected in {record_info_dir} (num_passes={config.num_passes})")
     if permutation is None:
         permutation = random_permutation(seed, config.perm_size)
-    dataset = _read_records(records.filenames)
-    if repeat:
-        dataset = dataset.repeat()
-    dataset = dataset.enumerate().skip(start)
+    if records.cache_units:  # made from the token cache: the same records, from `start` on
+        dataset = cache_input.generated_records(records.cache_units, config.bsz_per_host, repeat=repeat, start=start,
+                                                feed=feed).enumerate(start)
+    else:
+        dataset = _read_records(records.filenames)
+        if repeat:
+            dataset = dataset.repeat()
+        dataset = dataset.enumerate().skip(start)
     dataset = dataset.batch(config.bsz_per_core, drop_remainder=True)
     perm_shape = [config.bsz_per_core, config.perm_size]
     return dataset.map(lambda indices, records: (records, tf.ensure_shape(permutation(indices, 0), perm_shape),

@@ -36,7 +36,9 @@ from tensorflow.core.framework import summary_pb2
 from xlnet_data.common import fileio, save_dir, stopping, validation
 from xlnet_data.common.records import RecordError, read_examples
 from xlnet_data.datagen.config import ConfigError
+from xlnet_data.datagen.generated import Position, check_cache
 from xlnet_data.pretrain import checkpoints, hf
+from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.inputs import InputConfig, PermutationFn, find_records, parse_batches, record_batches
 from xlnet_data.pretrain.modeling import RunConfig, XLNet, XLNetConfig, build_model
 
@@ -226,17 +228,24 @@ def split_host_batch(value: tf.Tensor, num_replicas: int, bi_data: bool) -> tf.T
 
 def replica_batches(record_dir: str, cfg: TrainConfig, num_replicas: int, *, start_step: int = 0,
                     permutation: Optional[PermutationFn] = None,
-                    input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+                    input_context: Optional[tf.distribute.InputContext] = None,
+                    feed: Optional[CacheFeed] = None) -> tf.data.Dataset:
     """Per-replica batches in the order a strategy deals them out: step s, replica r is element
     s * num_replicas + r. start_step skips the steps a resumed run already trained on. With
-    several input pipelines (multi-worker), pipeline p keeps only its own replicas' batches.
+    several input pipelines (multi-worker), pipeline p keeps only its own replicas' batches; from a
+    token cache it makes only their records (`feed`: how a cache-backed source is generated).
 
     The cores' batches are split into the replicas' before parsing (serialized records and their
     permutations), so the features, the same row for row, are built once and never moved."""
     data = cfg.data
-    dataset = record_batches(record_dir, data, seed=cfg.seed, permutation=permutation,
-                             start=start_step * data.bsz_per_host)
     several_pipelines = input_context is not None and input_context.num_input_pipelines > 1
+    feed = feed or CacheFeed()
+    feed.vocab_size = cfg.model.n_token
+    if several_pipelines:
+        feed.keep = np.zeros(data.bsz_per_host, dtype=bool)
+        feed.keep[pipeline_rows(data, num_replicas, input_context)] = True
+    dataset = record_batches(record_dir, data, seed=cfg.seed, permutation=permutation,
+                             start=start_step * data.bsz_per_host, feed=feed)
     if num_replicas == data.num_core_per_host and not several_pipelines:
         # Replica r is core r: the records' batches are already the replicas' (split_host_batch would
         # hand every replica its own core's block).
@@ -248,6 +257,14 @@ def replica_batches(record_dir: str, cfg: TrainConfig, num_replicas: int, *, sta
         first = input_context.input_pipeline_id * local
         dataset = dataset.map(lambda *rows: tuple(value[first:first + local] for value in rows))
     return parse_batches(dataset.unbatch(), data)
+
+
+def pipeline_rows(data: InputConfig, num_replicas: int, input_context: tf.distribute.InputContext) -> np.ndarray:
+    """The rows of a step (0..bsz_per_host-1, in the records' order) that input pipeline p gives its replicas."""
+    rows = tf.reshape(tf.range(data.bsz_per_host), [data.num_core_per_host, -1])
+    local = num_replicas // input_context.num_input_pipelines
+    first = input_context.input_pipeline_id * local
+    return split_host_batch(rows, num_replicas, data.bi_data)[first:first + local].numpy().reshape(-1)
 
 
 def source_tokens(record_dir: str, data: InputConfig) -> int:
@@ -281,6 +298,7 @@ class Source:
     mems: Any  # per-replica memories (None without mem_len)
     position: int = 0  # steps of records read from the start of its stream (the next step reads this one)
     steps: int = 0  # steps this run took from it
+    feed: Optional[CacheFeed] = None  # a cache-backed source's generation (its stream's positions are checkpointed)
 
 
 # ----- the distributed step ----------------------------------------------------------------------
@@ -461,6 +479,11 @@ def run_state(cfg: TrainConfig, trainer: Trainer, sources: list[Source]) -> dict
     state = {f"{STATE}seed": tf.constant(cfg.seed, tf.int64), f"{STATE}dropout_rng": trainer.model.dropout_rng.state}
     for i, source in enumerate(sources):
         state[f"{STATE}source_{i}/steps_read"] = tf.constant(source.position, tf.int64)
+        at = source.feed.stream.position(source.position) if source.feed and source.feed.stream else None
+        if at is not None:  # where the generator's random streams stood, at or before the position
+            state[f"{STATE}source_{i}/generator/step"] = tf.constant(at.step, tf.int64)
+            state[f"{STATE}source_{i}/generator/numpy_mt"] = tf.constant(at.numpy_mt, tf.int64)
+            state[f"{STATE}source_{i}/generator/python_mt"] = tf.constant(at.python_mt, tf.int64)
         for replica, layers in enumerate(trainer.replica_mems(source.mems)):
             for layer, mem in enumerate(layers):
                 state[f"{STATE}source_{i}/mems/replica_{replica}/layer_{layer}"] = mem
@@ -473,6 +496,7 @@ class ResumedState:
 
     positions: Optional[list[int]] = None
     mems: Optional[list[Optional[list[list[np.ndarray]]]]] = None
+    generators: Optional[list[Optional[Position]]] = None  # cache-backed sources: where generation resumes
 
 
 def restore_state(path: str, cfg: TrainConfig, trainer: Trainer) -> ResumedState:
@@ -507,15 +531,21 @@ def restore_state(path: str, cfg: TrainConfig, trainer: Trainer) -> ResumedState
             log.warning("%s holds no memories of this shape (%d replica(s) x %s): memories start empty", path,
                         replicas, list(shape))
         mems.append(found if replicas and usable else None)
-    return ResumedState([int(position) for position in positions], mems)
+    generators = [Position(int(saved[f"{STATE}source_{i}/generator/step"]),
+                           saved[f"{STATE}source_{i}/generator/numpy_mt"], saved[f"{STATE}source_{i}/generator/python_mt"])
+                  if f"{STATE}source_{i}/generator/step" in saved else None for i in range(count)]
+    return ResumedState([int(position) for position in positions], mems, generators)
 
 
 def check_records(cfg: TrainConfig) -> None:
     """Before training: every unit's files hold the records its record_info lists (a cheap walk over the frames;
     RecordError names the file, the record and the byte where they do not)."""
     for name in cfg.sources:
-        for info_path, num_batch, files in find_records(name, cfg.data).units:
+        found = find_records(name, cfg.data)
+        for info_path, num_batch, files in found.units:
             validation.check_unit(info_path, num_batch, list(files), cfg.data.bsz_per_host)
+        for unit in found.cache_units:  # the cache there, the one the unit was counted from (TokenCacheError)
+            check_cache(unit)
 
 
 def find_damage(record_dir: str, cfg: TrainConfig) -> Optional[RecordError]:
@@ -631,13 +661,15 @@ def _open_sources(cfg: TrainConfig, trainer: Trainer, step: int, permutation: Op
     replicas = trainer.strategy.num_replicas_in_sync
     sources = []
     for i, (name, start) in enumerate(zip(names, done)):
-        def dataset_fn(context, name=name, start=int(start)):
+        feed = CacheFeed(resume=resumed.generators[i] if resumed.generators else None)
+
+        def dataset_fn(context, name=name, start=int(start), feed=feed):
             return replica_batches(name, cfg, replicas, start_step=start, permutation=permutation,
-                                   input_context=context)
+                                   input_context=context, feed=feed)
         batches = iter(trainer.strategy.distribute_datasets_from_function(dataset_fn))
         saved_mems = resumed.mems[i] if resumed.mems else None
         mems = trainer.distribute_mems(saved_mems) if saved_mems else trainer.initial_mems()
-        sources.append(Source(name, batches, mems, position=int(start)))
+        sources.append(Source(name, batches, mems, position=int(start), feed=feed))
     return sources, schedule, probs
 
 

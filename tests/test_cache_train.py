@@ -1,0 +1,181 @@
+"""Training from a cache-backed save_dir (create --write_records=false) takes the steps it takes from the records of
+the same flags, bit for bit on CPU: straight, resumed mid-pass, on two replicas, and per input pipeline."""
+
+import dataclasses
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import ROOT, SAMPLE_CORPUS
+from test_train import tiny_config
+
+from xlnet_data.common import records as R
+from xlnet_data.datagen import generated
+from xlnet_data.datagen.config import CreateConfig
+from xlnet_data.datagen.job import create_records
+from xlnet_data.pretrain import checkpoints
+from xlnet_data.pretrain import training as T
+
+
+def _create(sample_spm, text_glob, save_dir, write_records):
+    config = CreateConfig(input_glob=str(text_glob), sp_path=sample_spm, save_dir=str(save_dir), bsz_per_host=8,
+                          num_core_per_host=1, seq_len=64, reuse_len=32, bi_data=True, num_predict=10, uncased=True,
+                          num_passes=2, write_records=write_records)
+    create_records(config.validate(), num_workers=1)
+    return str(save_dir)
+
+
+@pytest.fixture(scope="module")
+def both(sample_spm, tmp_path_factory):
+    """(records save_dir, cache-backed save_dir) of the same flags: two passes of ~18 steps each."""
+    text_dir = tmp_path_factory.mktemp("text")
+    lines = (SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:60]
+    (text_dir / "emma.txt").write_text("\n".join(lines) + "\n")
+    out = tmp_path_factory.mktemp("both")
+    return (_create(sample_spm, text_dir / "*.txt", out / "records", True),
+            _create(sample_spm, text_dir / "*.txt", out / "cache", False))
+
+
+def config(save_dir, model_dir, dropout=0.1, **changes):
+    """test_train's tiny config, with dropout (its generator's state is part of what must resume)."""
+    cfg = tiny_config(save_dir, model_dir, **changes)
+    return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dropout=dropout))
+
+
+def _steps(save_dir):
+    return T.find_records(os.path.join(save_dir, "tfrecords"), tiny_config(save_dir, "unused").data).num_batch
+
+
+@pytest.fixture(scope="module")
+def whole(both, tmp_path_factory):
+    """The losses of a run on the records, past both passes (into the stream's second cycle)."""
+    records, _ = both
+    steps = _steps(records) + 2
+    return T.train(config(records, tmp_path_factory.mktemp("whole"), train_steps=steps)).losses
+
+
+def test_training_from_the_cache_gives_the_records_losses_bit_for_bit(both, whole, tmp_path):
+    records, cache = both
+    assert _steps(cache) == _steps(records) and len(whole) == _steps(records) + 2
+    got = T.train(config(cache, tmp_path / "cache", train_steps=len(whole)))
+    np.testing.assert_array_equal(got.losses, whole)
+
+
+def test_a_run_resumed_mid_pass_starts_the_generator_where_the_checkpoint_was(both, whole, tmp_path, monkeypatch,
+                                                                              caplog):
+    _, cache = both
+    monkeypatch.setattr(generated, "CHUNK_BYTES", 2 * 8 * R.max_record_bytes(64))  # chunks of 2 steps
+    n = 7
+    cfg = config(cache, tmp_path / "pieces", train_steps=len(whole), save_steps=n)
+    first = T.train(cfg, stop_after=n + 3)
+    saved = checkpoints.read_prefixed(tf.train.latest_checkpoint(cfg.model_dir), T.STATE)
+    assert _steps(cache) > 4 * n  # two passes, each longer than n + 3: the checkpoint is mid-pass
+    assert int(saved[f"{T.STATE}source_0/generator/step"]) == n - 1  # the chunk of steps 6-7 holds step 7
+    with caplog.at_level(logging.INFO, logger="xlnet_data"):
+        second = T.train(cfg)
+    assert "making its first" not in caplog.text  # not made again from the start of the pass
+    np.testing.assert_array_equal(first.losses, whole[:n + 3])
+    np.testing.assert_array_equal(second.losses, whole[n:])
+
+
+def test_without_a_saved_position_a_resume_makes_the_pass_again_and_says_so(both, whole, tmp_path, caplog):
+    _, cache = both
+    n = 5
+    cfg = config(cache, tmp_path / "pieces", train_steps=2 * n, save_steps=n)
+    T.train(cfg, stop_after=n)
+    path = tf.train.latest_checkpoint(cfg.model_dir)
+    tensors = checkpoints.read_prefixed(path, "")
+    kept = {name: value for name, value in tensors.items() if "/generator/" not in name}
+    checkpoints.save(path, {name: tf.constant(value) for name, value in kept.items()}, 5)
+    with caplog.at_level(logging.INFO, logger="xlnet_data"):
+        second = T.train(cfg)
+    assert f"making its first {n} steps again to resume" in caplog.text
+    np.testing.assert_array_equal(second.losses, whole[n:2 * n])
+
+
+@pytest.mark.parametrize("replicas, pipelines", [(2, 2), (4, 2)])
+def test_each_input_pipeline_makes_only_its_rows_and_gets_the_records_batches(both, tmp_path, replicas, pipelines):
+    records, cache = both
+    for pipeline in range(pipelines):
+        context = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipeline,
+                                             num_replicas_in_sync=replicas)
+        want = T.replica_batches(os.path.join(records, "tfrecords"), tiny_config(records, tmp_path), replicas,
+                                 start_step=3, input_context=context)
+        feed = T.CacheFeed()
+        got = T.replica_batches(os.path.join(cache, "tfrecords"), tiny_config(cache, tmp_path), replicas,
+                                start_step=3, input_context=context, feed=feed)
+        assert feed.keep.sum() == 8 // pipelines
+        for a, b in zip(got.take(6), want.take(6)):
+            for key in b:
+                np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
+
+
+TWO_REPLICAS = """
+import sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+sys.path.insert(0, sys.argv[1])
+from test_cache_train import config
+from xlnet_data.pretrain import training as T
+losses = []
+for save_dir, model_dir in ((sys.argv[2], sys.argv[4]), (sys.argv[3], sys.argv[5])):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    cfg = config(save_dir, model_dir, train_steps=6, strategy="mirrored")
+    losses.append(T.train(cfg, strategy=strategy).losses)
+assert len(losses[0]) == 6
+np.testing.assert_array_equal(losses[1], losses[0])
+print("two replicas OK")
+"""
+
+
+def test_two_replicas_from_the_cache_give_the_records_losses(both, tmp_path):
+    records, cache = both
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-c", TWO_REPLICAS, str(Path(__file__).parent), records, cache,
+                             str(tmp_path / "r"), str(tmp_path / "c")], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0 and "two replicas OK" in result.stdout, result.stderr[-5000:]
+
+
+def test_cache_unit_positions_index_the_stream(both):
+    """The stream's steps are counted as the records': unit after unit, cycling."""
+    _, cache = both
+    found = T.find_records(os.path.join(cache, "tfrecords"), tiny_config(cache, "unused").data)
+    stream = generated.GeneratedStream(found.cache_units)
+    first = found.cache_units[0].num_batch
+    assert stream._locate(0) == (0, 0) and stream._locate(first) == (1, first)
+    assert stream._locate(found.num_batch + first + 1) == (1, found.num_batch + first)
+    assert dataclasses.is_dataclass(generated.Position)
+
+
+def test_train_gpu_logs_the_same_losses_from_the_cache_and_a_missing_cache_is_one_line(both, tmp_path):
+    """What a user checks from the command line: every step's loss line, on the records and on the cache."""
+    import re
+    import shutil
+
+    from conftest import run_module
+    from test_train import TINY_SHAPE
+    records, cache = both
+    logged = []
+    for save_dir in (records, cache):
+        result = run_module("xlnet_data.train_gpu", f"--record_info_dir={save_dir}", f"--model_dir={tmp_path / 'm'}"
+                            f"{len(logged)}", "--train_steps=4", "--iterations=1", "--mem_len=16", *TINY_SHAPE)
+        assert result.returncode == 0, result.stderr[-3000:]
+        logged.append(re.findall(r"step \d+ \| loss [\d.]+", result.stderr))
+    assert len(logged[0]) == 4 and logged[1] == logged[0]
+
+    broken = tmp_path / "broken"
+    shutil.copytree(cache, broken)
+    for path in (broken / "token_cache").glob("*.bin"):
+        path.unlink()
+    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={broken}", f"--model_dir={tmp_path / 'x'}",
+                        "--train_steps=1", *TINY_SHAPE)
+    assert result.returncode == 2 and result.stderr.startswith("train: error: "), result.stderr[-3000:]
+    assert len(result.stderr.strip().splitlines()) == 1 and "is missing; re-run create" in result.stderr  # before TF
