@@ -27,7 +27,10 @@ from xlnet_data.datagen.config import ConfigError, CreateConfig
 
 pytestmark = [needs_shared, needs_original]
 
-SEED = int(os.environ.get("DIFFERENTIAL_SEED") or random.SystemRandom().randrange(10**6))
+# New every run; under pytest-xdist the same in every worker (they must collect the same test ids).
+_RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+SEED = int(os.environ.get("DIFFERENTIAL_SEED") or
+           (int(_RUN_ID[:8], 16) % 10**6 if _RUN_ID else random.SystemRandom().randrange(10**6)))
 NUM_CASES = int(os.environ.get("DIFFERENTIAL_CASES", "20"))
 NUM_LONG_LINE_CASES = 3
 
