@@ -210,3 +210,9 @@ def test_corpus_info_is_checked_against_the_cache(cache_dirs, tmp_path, sample_s
         generated.check_corpus_info(str(info_path), {**info, "vocab_size": 1000}, unit)
     with pytest.raises(TokenCacheError, match=r"sp_path=.* is not the SentencePiece model .* was made with"):
         generated.check_corpus_info(str(info_path), {**info, "sp_path": sample_spm}, unit)
+
+
+def test_the_compiled_loop_releases_the_gil():
+    """The input pipeline runs it in a tf.data thread beside the training step: compiled with numba's nogil."""
+    from xlnet_data.datagen import units
+    assert units._write_steps.targetoptions.get("nogil") is True
