@@ -194,3 +194,25 @@ def test_a_records_run_keeps_the_cache_that_other_cache_backed_units_need(cache_
         generated.check_cache(unit)  # still there
     with pytest.raises(ValueError, match="holds both records and cache-backed units"):
         ip.find_records(str(tmp_path / "s" / "tfrecords"), input_config(config))
+
+
+@needs_shared
+def test_corpus_info_is_checked_against_the_cache(cache_dirs, tmp_path, sample_spm):
+    source, _ = cache_dirs["g1_blog"]
+    save_dir = tmp_path / "copy"
+    shutil.copytree(source, save_dir)
+    info_path = save_dir / "corpus_info.json"
+    info = json.loads(info_path.read_text())
+    (unit,) = generated.find_cache_units(str(save_dir))
+    generated.check_corpus_info(str(info_path), info, unit)  # as create wrote it: fine
+    with pytest.raises(TokenCacheError, match=r"vocab_size=1000 contradicts the token cache's SentencePiece model "
+                                              r".* \(32000 pieces\)"):
+        generated.check_corpus_info(str(info_path), {**info, "vocab_size": 1000}, unit)
+    with pytest.raises(TokenCacheError, match=r"sp_path=.* is not the SentencePiece model .* was made with"):
+        generated.check_corpus_info(str(info_path), {**info, "sp_path": sample_spm}, unit)
+
+
+def test_the_compiled_loop_releases_the_gil():
+    """The input pipeline runs it in a tf.data thread beside the training step: compiled with numba's nogil."""
+    from xlnet_data.datagen import units
+    assert units._write_steps.targetoptions.get("nogil") is True
