@@ -100,6 +100,13 @@ def _line_blocks(path, stats, strict, allow_binary=False):
             yield first, _decode_lines(path, rest, stats, strict, allow_binary), raw.tell() - position
 
 
+def line_blocks(path, allow_binary=False):
+    """The lines of `path` as create reads them (decompressed, invalid UTF-8 replaced, a binary file an
+    InputError), a block at a time: for spm_train, which trains on what create will read."""
+    for _, lines, _ in _line_blocks(path, FileStats(), strict=False, allow_binary=allow_binary):
+        yield lines
+
+
 def _decode_lines(path, raw_block, stats, strict, allow_binary=False):
     """The lines of a block (without its last line break)."""
     first_line = stats.lines + 1

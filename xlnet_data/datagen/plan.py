@@ -10,7 +10,7 @@ import os
 
 from xlnet_data.common import fileio, save_dir
 from xlnet_data.common.vocab import load_sentencepiece
-from xlnet_data.datagen import corpus, token_cache, units
+from xlnet_data.datagen import corpus, token_cache, tokenizer, units
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.corpus import InputError
 
@@ -72,6 +72,10 @@ def _size(path):
 def make_plan(config: CreateConfig, overwrite=False) -> Plan:
     """Checks the model, the inputs and the save_dir; lists the units to run. Writes nothing."""
     sp = load_sentencepiece(config.sp_path)
+    mismatch = config.from_raw_text and tokenizer.text_settings_mismatch(config.sp_path, config.uncased,
+                                                                        config.keep_accents)
+    if mismatch:
+        log.warning("%s", mismatch)
     paths = fileio.glob(config.input_glob)
     if not paths:
         raise CreateError(f"no file matches --input_glob={config.input_glob}")
