@@ -8,7 +8,7 @@ import dataclasses
 import logging
 import os
 
-from xlnet_data.common import fileio, save_dir
+from xlnet_data.common import fileio, save_dir, validation
 from xlnet_data.common.vocab import load_sentencepiece
 from xlnet_data.datagen import corpus, token_cache, tokenizer, units
 from xlnet_data.datagen.config import CreateConfig
@@ -57,7 +57,10 @@ def unit_is_complete(config, unit):
         info = save_dir.read_json(info_path)
     except (OSError, ValueError):
         return False
-    if info.get("create_settings") != units.record_settings(config):
+    created = info.get("create_settings")
+    if isinstance(created, dict):  # a unit written before a setting existed has its old meaning
+        created = {**validation.ABSENT_MEANS, **created}
+    if created != units.record_settings(config):
         raise CreateError(f"{info_path} was written with other flags; use another --save_dir, or --overwrite")
     return fileio.exists(record_path)
 
