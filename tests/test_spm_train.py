@@ -31,7 +31,7 @@ def _cli(*args):
 def model_path(tmp_path_factory):
     prefix = str(tmp_path_factory.mktemp("spm") / "sample.v1000")
     config = tokenizer.SpmTrainConfig(input_files=CORPUS_FILES, model_prefix=prefix, vocab_size=1000,
-                                      num_threads=2)
+                                      num_threads=2, uncased=False)
     return tokenizer.train_sentencepiece(config)
 
 

@@ -2,7 +2,7 @@
 
 The original README's recipe, as one command:
 
-  python -m xlnet_data.spm_train --input='corpus/*.txt' --model_prefix=sp10m.cased.v3
+  python -m xlnet_data.spm_train --input='corpus/*.txt' --model_prefix=sp10m.cased.v3 --nouncased
 
 which runs SentencePiece with
 
@@ -51,7 +51,7 @@ def define_flags():
         "gzip, bzip2 and xz files decompressed, a binary file refused.")
     flags.DEFINE_string(
         "model_prefix", None,
-        "Output prefix: writes PREFIX.model and PREFIX.vocab (missing directories are created), "
+        "Output prefix: writes PREFIX.model, PREFIX.vocab and PREFIX.text.json (missing directories are created), "
         "e.g. out/sp10m.cased.v3.")
     flags.DEFINE_integer(
         "vocab_size", defaults.vocab_size,
@@ -82,8 +82,8 @@ def define_flags():
         "Training threads (default: this machine's cores, at most 16).")
     flags.DEFINE_boolean(
         "uncased", defaults.uncased,
-        "Train on lower-cased text, as create --uncased (create's default) feeds it: no piece is spent on "
-        "capitals. Off (the original's recipe): a cased model, which serves create either way.")
+        "Train on lower-cased text, as create --uncased (its default, the original data_utils.py's) feeds it. "
+        "--nouncased: a cased model (the original README's sp10m.cased.v3), for create --nouncased.")
     flags.DEFINE_boolean(
         "keep_accents", defaults.keep_accents,
         "Train on the text with its accents and marks (no NFKD), as create --keep_accents feeds it. Off, as "

@@ -58,7 +58,7 @@ class SpmTrainConfig:
     hard_vocab_limit: bool = True
     num_threads: int = 16
     verbose: bool = False
-    uncased: bool = False  # the original's recipe trains on cased text
+    uncased: bool = True  # create's default (the original data_utils.py's), so that the two agree by default
     keep_accents: bool = False  # create's default: the original's accent removal
 
     def __post_init__(self):
@@ -276,7 +276,7 @@ def model_text_settings(model_path) -> Optional[dict]:
 
 def text_settings_mismatch(model_path, uncased, keep_accents) -> Optional[str]:
     """One line when the model at `model_path` was trained on text normalised otherwise than create's
-    `uncased` and `keep_accents` will normalise it (a cased model serves an uncased create), else None."""
+    `uncased` and `keep_accents` will normalise it, else None (also for a model without spm_train's record)."""
     settings = model_text_settings(model_path)
     if settings is None:
         return None
@@ -286,9 +286,12 @@ def text_settings_mismatch(model_path, uncased, keep_accents) -> Optional[str]:
         return (f"{model_path} was trained by spm_train --{'' if trained else 'no'}keep_accents (text {how}), and "
                 f"create runs with --{'' if keep_accents else 'no'}keep_accents: pieces it learnt are never used and "
                 f"{'marked letters' if keep_accents else 'nothing'} may become <unk>; use the same setting in both")
-    if settings.get("uncased") and not uncased:
-        return (f"{model_path} was trained by spm_train --uncased (lower-cased text) and create runs with "
-                "--nouncased: capitals may become <unk>; use the same setting in both")
+    trained = bool(settings.get("uncased", True))
+    if trained != uncased:
+        return (f"{model_path} was trained by spm_train --{'' if trained else 'no'}uncased and create runs with "
+                f"--{'' if uncased else 'no'}uncased: pieces it learnt are never used and "
+                f"{'capitals' if trained else 'lower-case letters seen only as capitals'} may become <unk>; use the "
+                "same setting in both")
     return None
 
 
