@@ -226,3 +226,34 @@ def test_spm_train_reads_compressed_files_as_create_does_and_refuses_binary_ones
         tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(input_files=(str(binary),),
                                                                model_prefix=str(tmp_path / "b"), vocab_size=100))
     assert not list(tmp_path.glob("b*"))
+
+
+def beam_and_local_runs(model, corpus, save_dir, beam_args):
+    """create --keep_accents on `corpus` by the local runner and by Beam with `beam_args`, into save_dir/local and
+    save_dir/beam; returns both dirs."""
+    dirs = []
+    for name, args in (("local", None), ("beam", beam_args)):
+        config = CreateConfig(input_glob=str(corpus / "*.txt"), sp_path=model, save_dir=str(save_dir / name),
+                              keep_accents=True, **{**SMALL, "num_passes": 2}).validate()
+        create_records(config, num_workers=1, beam_args=args)
+        dirs.append(save_dir / name)
+    return dirs
+
+
+def assert_keep_accents_reached_the_records(local_dir, beam_dir):
+    from test_golden import assert_same_records
+    assert_same_records(local_dir, beam_dir)
+    assert json.loads((beam_dir / "corpus_info.json").read_text())["keep_accents"] is True
+    for path in (beam_dir / "tfrecords").glob("record_info-*.json"):
+        assert json.loads(path.read_text())["create_settings"]["keep_accents"] is True
+
+
+def test_beam_runner_keeps_the_accents(accents_model, tmp_path):
+    pytest.importorskip("apache_beam")
+    from test_beam import IN_PROCESS_RUNNER
+    corpus = _write(tmp_path / "corpus", ["th", "vi"])
+    local_dir, beam_dir = beam_and_local_runs(accents_model, corpus, tmp_path, [f"--runner={IN_PROCESS_RUNNER}"])
+    assert_keep_accents_reached_the_records(local_dir, beam_dir)
+    # The records hold the Thai tone mark, which they would not without --keep_accents.
+    sp = spm.SentencePieceProcessor(model_file=accents_model)
+    assert "\u0e48" in sp.decode(_memory_stream(beam_dir).tolist())

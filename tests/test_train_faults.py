@@ -340,6 +340,7 @@ def test_a_file_with_more_records_than_its_record_info_lists_is_refused(small_re
     ({"vocab_size": 500}, "vocab_size=500 contradicts the records: {file}: record 0 (byte 0) holds id "),
     ({"num_core_per_host": 2}, "num_core_per_host=2 contradicts {info} (num_core_per_host=1 in its create_settings)"),
     ({"seq_len": 100}, "seq_len=100 contradicts {info} (seq_len=64 in its name)"),
+    ({"keep_accents": True}, "keep_accents=True contradicts {info} (keep_accents=False in its create_settings)"),
     ({"bi_data": "yes"}, "bi_data='yes' is not true or false"),
     ("{\"vocab_size\": 1000,", " is not valid JSON ("),
 ])
