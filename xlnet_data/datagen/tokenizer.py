@@ -302,37 +302,40 @@ def _end_on_sigterm():
 
 
 def train_sentencepiece(config):
-    """Trains `<model_prefix>.model` and `.vocab` as `config` says, checks it; returns the .model path.
+    """Trains `<model_prefix>.model` and `.vocab` as `config` says, checks it, and records how its text was
+    normalised in `<model_prefix>.text.json`; returns the .model path.
 
-    SentencePiece writes both under a temporary prefix beside them, renamed when it is done: a failed
-    or interrupted training leaves neither a half-written model nor its temporary files. It trains in a
-    worker process, so that a signal (stopping.stop_on_signals) stops it at once: the C++ training would
-    not let this process handle one until it is done.
+    SentencePiece writes both under a temporary prefix beside them, the JSON is written there too, and the
+    three are renamed when all are done: a failed or interrupted training leaves neither a half-written model
+    nor its temporary files. It trains in a worker process, so that a signal (stopping.stop_on_signals) stops
+    it at once: the C++ training would not let this process handle one until it is done.
     """
     _validate(config)
     _prepare_output_dir(config.model_prefix)
     tmp_prefix = fileio.temp_path_for(config.model_prefix)
+    suffixes = (*OUTPUT_SUFFIXES, TEXT_SETTINGS_SUFFIX)
     done = []
     try:
         with workers.Workers(1, initializer=_end_on_sigterm) as worker:
             worker.run(_train, [(config, tmp_prefix)], on_done=lambda index, result: done.append(result),
                        on_counts=lambda *counts: None)
-        for suffix in OUTPUT_SUFFIXES:
+        unk, pieces = done[0]
+        settings = {"uncased": config.uncased, "keep_accents": config.keep_accents, "pieces": pieces, "unk": unk,
+                    "input_files": list(config.input_files)}
+        try:  # before any rename: a full disk here leaves no model either
+            with open(tmp_prefix + TEXT_SETTINGS_SUFFIX, "w", encoding="utf-8") as f:
+                f.write(json.dumps(settings, indent=1) + "\n")
+        except OSError as err:
+            raise SpmTrainError(f"{config.model_prefix}{TEXT_SETTINGS_SUFFIX}: {err.strerror}") from None
+        for suffix in suffixes:
             try:
                 os.replace(tmp_prefix + suffix, config.model_prefix + suffix)
             except OSError as err:
                 raise SpmTrainError(f"{config.model_prefix}{suffix}: {err.strerror}") from None
     finally:
-        for suffix in OUTPUT_SUFFIXES:
+        for suffix in suffixes:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp_prefix + suffix)
     path = config.model_prefix + ".model"
     verify_model(path)
-    unk, pieces = done[0]
-    settings = {"uncased": config.uncased, "keep_accents": config.keep_accents, "pieces": pieces, "unk": unk,
-                "input_files": list(config.input_files)}
-    try:
-        fileio.write_text_atomic(text_settings_path(path), json.dumps(settings, indent=1) + "\n")
-    except OSError as err:
-        raise SpmTrainError(f"{text_settings_path(path)}: {err.strerror}") from None
     return path
