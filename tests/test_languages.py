@@ -138,9 +138,12 @@ def test_keep_accents_records_decode_to_every_letter_and_mark_without_unk(accent
 def test_without_keep_accents_the_letters_that_lose_a_mark_are_counted_per_file_and_warned(
         accents_model, corpus, tmp_path, caplog):
     config = CreateConfig(input_glob=str(corpus / "*.txt"), sp_path=accents_model, save_dir=str(tmp_path / "out"),
-                          **SMALL).validate()
+                          **{**SMALL, "num_passes": 2}).validate()
     with caplog.at_level(logging.WARNING, logger="xlnet_data"):
         summary = create_records(config, num_workers=1)
+    assert len(summary.written) == 2  # two passes, each file counted once
+    letters = sum(c["marks"] for c in summary.input_counts.values())
+    assert f", {letters} letters lost a mark to the accent removal" in summary.line(1.0)
     # The model was trained with --keep_accents: one line says create's setting differs.
     assert any("spm_train --keep_accents" in r.getMessage() and "--nokeep_accents" in r.getMessage()
                for r in caplog.records)
@@ -257,3 +260,15 @@ def test_beam_runner_keeps_the_accents(accents_model, tmp_path):
     # The records hold the Thai tone mark, which they would not without --keep_accents.
     sp = spm.SentencePieceProcessor(model_file=accents_model)
     assert "\u0e48" in sp.decode(_memory_stream(beam_dir).tolist())
+
+
+def test_dump_stats_show_the_setting_and_the_unk_share_per_file(kept):
+    save_dir, _ = kept
+    result = run_module("xlnet_data.dump", str(save_dir), "--stats", "--format=json")
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)
+    assert stats["keep_accents"] is True
+    [(path, counts)] = stats["unk_per_file"].items()
+    assert path.endswith(".tfrecords") and counts["unk"] == 0 and counts["pieces"] > 100
+    text = run_module("xlnet_data.dump", str(save_dir), "--stats")
+    assert "keep_accents True (corpus_info.json)" in text.stdout and "<unk> in input            0 of" in text.stdout
