@@ -42,7 +42,8 @@ def _check_save_dir(config, info, overwrite):
         existing = save_dir.read_json(path)
     except (OSError, ValueError):
         return
-    differ = [f"{k} {existing.get(k)!r} there, {v!r} here" for k, v in info.items() if existing.get(k) != v]
+    there = {**validation.ABSENT_MEANS, **existing}  # a corpus_info of an older create lacks the newer keys
+    differ = [f"{k} {there.get(k)!r} there, {v!r} here" for k, v in info.items() if there.get(k) != v]
     if differ:
         raise CreateError(f"{config.save_dir} holds data made with other flags ({'; '.join(differ)}); "
                           "use another --save_dir, or --overwrite")
