@@ -5,6 +5,7 @@ The sentences are hand-written, a few per language, in XLNet's input format. One
 (spm_train --keep_accents --character_coverage=1.0, a tiny vocabulary) serves every test.
 """
 
+import dataclasses
 import json
 import logging
 import unicodedata
@@ -171,6 +172,16 @@ def test_english_and_chinese_get_no_warning(accents_model, tmp_path):
     summary = create_records(config, num_workers=1)
     assert not any(c["marks"] for c in summary.input_counts.values())
     assert summary.marks_warning() is None
+    # The same save_dir as an older create wrote it, without keep_accents: read as False, the original's.
+    for path in [tmp_path / "out" / "corpus_info.json", *(tmp_path / "out" / "tfrecords").glob("record_info-*")]:
+        info = json.loads(path.read_text())
+        info.pop("keep_accents", None)
+        info.get("create_settings", {}).pop("keep_accents", None)
+        path.write_text(json.dumps(info))
+    assert create_records(config, num_workers=1).written == []  # complete already
+    from xlnet_data.datagen.plan import CreateError
+    with pytest.raises(CreateError, match="keep_accents False there, True here"):
+        create_records(dataclasses.replace(config, keep_accents=True), num_workers=1)
 
 
 def test_create_cli_ends_with_one_warning_line_naming_the_file(accents_model, tmp_path):
