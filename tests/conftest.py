@@ -83,7 +83,7 @@ def g1(tf):
 @pytest.fixture(scope="session")
 def sample_spm(tmp_path_factory):
     """A small SentencePiece model with XLNet's special ids, trained on sample_corpus/ (no ../shared needed);
-    cased, as the tests' hard-coded record counts were measured with (create warns that it runs uncased)."""
+    cased, as the tests' hard-coded record counts were measured with."""
     from xlnet_data.datagen import tokenizer
     prefix = str(tmp_path_factory.mktemp("spm") / "sample.v1000")
     config = tokenizer.SpmTrainConfig(input_files=tuple(sorted(map(str, SAMPLE_CORPUS.glob("*.txt")))),

@@ -286,12 +286,12 @@ def text_settings_mismatch(model_path, uncased, keep_accents) -> Optional[str]:
         return (f"{model_path} was trained by spm_train --{'' if trained else 'no'}keep_accents (text {how}), and "
                 f"create runs with --{'' if keep_accents else 'no'}keep_accents: pieces it learnt are never used and "
                 f"{'marked letters' if keep_accents else 'nothing'} may become <unk>; use the same setting in both")
-    trained = bool(settings.get("uncased", True))
-    if trained != uncased:
-        return (f"{model_path} was trained by spm_train --{'' if trained else 'no'}uncased and create runs with "
-                f"--{'' if uncased else 'no'}uncased: pieces it learnt are never used and "
-                f"{'capitals' if trained else 'lower-case letters seen only as capitals'} may become <unk>; use the "
-                "same setting in both")
+    # A cased model under an uncased create is the original's own practice and knows the lower-case letters
+    # in all but rare cases (a letter seen only as a capital): not warned about. The other way, every capital
+    # is unknown to the model.
+    if settings.get("uncased", True) and not uncased:
+        return (f"{model_path} was trained by spm_train --uncased (lower-cased text) and create runs with "
+                "--nouncased: capitals may become <unk>; use the same setting in both")
     return None
 
 
