@@ -283,9 +283,10 @@ def text_settings_mismatch(model_path, uncased, keep_accents) -> Optional[str]:
     trained = bool(settings.get("keep_accents", False))
     if trained != keep_accents:
         how = "with their accents and marks" if trained else "with accents and marks removed"
+        harm = ("the letters with marks it never saw may become <unk>" if keep_accents
+                else "its pieces with marks are never used")
         return (f"{model_path} was trained by spm_train --{'' if trained else 'no'}keep_accents (text {how}), and "
-                f"create runs with --{'' if keep_accents else 'no'}keep_accents: pieces it learnt are never used and "
-                f"{'marked letters' if keep_accents else 'nothing'} may become <unk>; use the same setting in both")
+                f"create runs with --{'' if keep_accents else 'no'}keep_accents: {harm}; use the same setting in both")
     # A cased model under an uncased create is the original's own practice and knows the lower-case letters
     # in all but rare cases (a letter seen only as a capital): not warned about. The other way, every capital
     # is unknown to the model.
