@@ -87,9 +87,10 @@ def g1(tf):
 
 @pytest.fixture(scope="session")
 def sample_spm(tmp_path_factory):
-    """A small SentencePiece model with XLNet's special ids, trained on sample_corpus/ (no ../shared needed)."""
+    """A small SentencePiece model with XLNet's special ids, trained on sample_corpus/ (no ../shared needed);
+    cased, as the tests' hard-coded record counts were measured with."""
     from xlnet_data.datagen import tokenizer
     prefix = str(tmp_path_factory.mktemp("spm") / "sample.v1000")
     config = tokenizer.SpmTrainConfig(input_files=tuple(sorted(map(str, SAMPLE_CORPUS.glob("*.txt")))),
-                                      model_prefix=prefix, vocab_size=1000, num_threads=2)
+                                      model_prefix=prefix, vocab_size=1000, num_threads=2, uncased=False)
     return tokenizer.train_sentencepiece(config)

@@ -49,9 +49,9 @@ def dask_flags(cluster):
 
 
 def summary(result):
-    """create's summary line without its time."""
-    line = result.stderr.strip().splitlines()[-1]
-    assert line.startswith("done: "), result.stderr
+    """create's summary line without its time (a warning about the text's accents may follow it)."""
+    line = next((line for line in result.stderr.strip().splitlines()[::-1] if line.startswith("done: ")), "")
+    assert line, result.stderr
     return line.rsplit(",", 1)[0]
 
 
@@ -116,6 +116,20 @@ def test_dask_runner_writes_the_local_runners_records_and_summary(cluster, local
     assert summary(result) == local_summary
     assert_same_records(local_dir, tmp_path)
     assert_same_corpus_info(local_dir, tmp_path)
+
+
+@needs_dask
+def test_dask_runner_keeps_the_accents(cluster, tmp_path):
+    """create --keep_accents reaches the workers: their records are the local runner's, marks kept."""
+    from test_languages import _write, assert_keep_accents_reached_the_records, beam_and_local_runs
+
+    from xlnet_data.datagen import beam_runner, tokenizer
+    corpus = _write(tmp_path / "corpus", ["th", "vi"])
+    model = tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(
+        input_files=tuple(map(str, sorted(corpus.glob("*.txt")))), model_prefix=str(tmp_path / "spm" / "m"),
+        vocab_size=500, hard_vocab_limit=False, character_coverage=1.0, keep_accents=True, num_threads=2))
+    args = beam_runner.pipeline_args("DaskRunner", f"--dask_client_address={cluster.scheduler_address}")
+    assert_keep_accents_reached_the_records(*beam_and_local_runs(model, corpus, tmp_path, args))
 
 
 @needs_dask

@@ -13,6 +13,7 @@ import sentencepiece as spm
 
 from xlnet_data.common import vocab
 from xlnet_data.datagen import tokenizer
+from xlnet_data.datagen.text import preprocess_texts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(REPO, "sample_corpus")
@@ -29,7 +30,7 @@ def _cli(*args):
 def model_path(tmp_path_factory):
     prefix = str(tmp_path_factory.mktemp("spm") / "sample.v1000")
     config = tokenizer.SpmTrainConfig(input_files=CORPUS_FILES, model_prefix=prefix, vocab_size=1000,
-                                      num_threads=2)
+                                      num_threads=2, uncased=False)
     return tokenizer.train_sentencepiece(config)
 
 
@@ -70,8 +71,11 @@ def test_eop_glued_to_a_sentence_is_one_piece(model_path):
     assert ids.count(vocab.EOP_ID) == 1
     assert sp.encode(line, out_type=str)[-1] == "<eop>"
     assert sp.decode(ids) == line
-    # The accented (Spanish) file is covered too.
-    assert vocab.UNK_ID not in sp.encode("Y hubo una voz de los cielos que decía: Tú eres mi Hijo amado.")
+    # The accented (Spanish) file is covered too, as create feeds it (accents removed, by default).
+    spanish = "Y hubo una voz de los cielos que decía: Tú eres mi Hijo amado."
+    assert vocab.UNK_ID not in sp.encode(preprocess_texts([spanish], False)[0])
+    # It was trained on that text: the accented letters, which create never feeds it, are not pieces of it.
+    assert vocab.UNK_ID in sp.encode(spanish)
 
 
 def test_model_with_wrong_special_ids_is_reported(tmp_path):

@@ -349,6 +349,7 @@ def _one_error_line(result):
     (["--train_batch_size=16"], ["--train_batch_size=16 contradicts the records: bsz_per_host=8 in {records}/"]),
     (["--nobi_data"], ["--bi_data=False contradicts the records: bi_data=True in {records}/"]),
     (["--n_token=32000"], ["--n_token=32000 contradicts the records: vocab_size=1000 in {records}/"]),
+    (["--keep_accents"], ["--keep_accents=True contradicts the records: keep_accents=False in {records}/"]),
     (["--record_info_dir=/nonexistent/records"], ["--record_info_dir: no records", "/nonexistent/records"]),
     (["--perm_size=5"], ["perm_size (5) must divide reuse_len (32)"]),
     (["--no_such_flag=1"], ["no_such_flag"]),

@@ -271,14 +271,16 @@ def _damage(save_dir, tmp_path, how):
 @pytest.mark.parametrize("how, fragment", [
     ("cut_at_a_record_boundary", "the file ends here, after 128 records, but {info} lists num_batch 17 x bsz_per_host "
                                  "8 = 136: it was cut short; re-create the unit"),
-    ("cut_inside_a_record", "truncated record data (38 of 395 bytes)"),
+    ("cut_inside_a_record", "truncated record data (38 of {size} bytes)"),
     ("bit_flip_in_a_length", "corrupt record: length CRC mismatch"),
 ])
 def test_damage_found_at_start_up_stops_train_and_dump_before_anything_is_written(small_records, tmp_path, how,
                                                                                   fragment):
     copy, path, index, offset = _damage(small_records, tmp_path, how)
     info = copy / "tfrecords" / f"record_info-{RECORDS_NAME}.json"
-    want = f"{path}: record {index} (byte {offset}): {fragment.format(info=info)}"
+    offsets = _offsets(_records_file(small_records))  # the record's data and its CRC: the frame less 12 bytes
+    size = offsets[index + 1] - offsets[index] - 12 if index + 1 < len(offsets) else None
+    want = f"{path}: record {index} (byte {offset}): {fragment.format(info=info, size=size)}"
     model_dir = tmp_path / "model"
     line = _one_line(run_module("xlnet_data.train_gpu", *_train_args(copy, model_dir, "--train_steps=5")), "train", 2)
     assert line == f"train: error: {want}"
@@ -340,6 +342,7 @@ def test_a_file_with_more_records_than_its_record_info_lists_is_refused(small_re
     ({"vocab_size": 500}, "vocab_size=500 contradicts the records: {file}: record 0 (byte 0) holds id "),
     ({"num_core_per_host": 2}, "num_core_per_host=2 contradicts {info} (num_core_per_host=1 in its create_settings)"),
     ({"seq_len": 100}, "seq_len=100 contradicts {info} (seq_len=64 in its name)"),
+    ({"keep_accents": True}, "keep_accents=True contradicts {info} (keep_accents=False in its create_settings)"),
     ({"bi_data": "yes"}, "bi_data='yes' is not true or false"),
     ("{\"vocab_size\": 1000,", " is not valid JSON ("),
 ])

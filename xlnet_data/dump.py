@@ -47,6 +47,7 @@ from xlnet_data.datagen import generated
 from xlnet_data.datagen.inspection import (
     SETTING_KEYS,
     InspectionError,
+    UnkCounter,
     compute_stats,
     decode_example,
     example_to_json,
@@ -212,6 +213,10 @@ def _dump(paths, FLAGS, out, err):
     for warning in warnings:
         print(f"warning: {warning}", file=err)
 
+    # Not a setting to read the records by: how their text was made (see create --keep_accents).
+    accents = validation.recorded(info, "keep_accents") if info else None
+    keep_accents = (f"{accents} (corpus_info.json{'' if 'keep_accents' in info else ', absent: the original accent removal'})"
+                    if info else "unknown (no corpus_info.json)")
     seq_len = settings.get("seq_len")
     reuse_len = settings.get("reuse_len")
     bsz = settings.get("bsz_per_host")
@@ -228,17 +233,24 @@ def _dump(paths, FLAGS, out, err):
 
     if want_stats:
         table = _vocab.start_piece_table(sp) if sp is not None else None
-        stats = compute_stats((decoded for *_, decoded in decoded_stream(False)), start_table=table,
-                              bsz_per_host=bsz)
+        unk = UnkCounter()
+
+        def counted(stream):
+            for _, path, _, decoded in stream:
+                unk.add(path, decoded.input)
+                yield decoded
+        stats = compute_stats(counted(decoded_stream(False)), start_table=table, bsz_per_host=bsz)
         stats["files"] = files
         stats["settings"] = settings
+        stats["keep_accents"] = accents
+        stats["unk_per_file"] = unk.per_file
         if skip == 0 and limit is None:
             stats["record_info_num_batch"] = (sum(unit.num_batch for unit in cache_units) if cache_units
                                               else record_info_batches(files))
         if FLAGS.format == "json":
             print(json.dumps(stats, default=_json_default), file=out)
         else:
-            print(_preamble(files, settings, sources, info_path, sp_where), file=out)
+            print(_preamble(files, settings, sources, info_path, sp_where, keep_accents), file=out)
             print(format_stats(stats), file=out)
         if FLAGS.plot:
             plot_stats(stats, FLAGS.plot)
@@ -246,7 +258,7 @@ def _dump(paths, FLAGS, out, err):
         return 1 if FLAGS.strict and stats["records_failing_checks"] else 0
 
     if FLAGS.format == "text":
-        print(_preamble(files, settings, sources, info_path, sp_where), file=out)
+        print(_preamble(files, settings, sources, info_path, sp_where, keep_accents), file=out)
     shown = failing = 0
     for index, path, record, decoded in decoded_stream(True):
         shown += 1
@@ -275,9 +287,10 @@ def _json_default(value):
     raise TypeError(type(value).__name__)
 
 
-def _preamble(files, settings, sources, info_path, sp_where):
+def _preamble(files, settings, sources, info_path, sp_where, keep_accents):
     shown = ", ".join(files[:3]) + (f" … ({len(files)} files)" if len(files) > 3 else "")
     parts = [f"{k} {settings[k]} ({sources.get(k)})" for k in SETTING_KEYS if k in settings]
+    parts.append(f"keep_accents {keep_accents}")
     lines = [f"# files: {shown}", f"# settings: {'; '.join(parts)}"]
     lines.append(f"# corpus_info: {info_path or 'none'}; SentencePiece: {sp_where or 'none (ids shown)'}")
     return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 The original README's recipe, as one command:
 
-  python -m xlnet_data.spm_train --input='corpus/*.txt' --model_prefix=sp10m.cased.v3
+  python -m xlnet_data.spm_train --input='corpus/*.txt' --model_prefix=sp10m.cased.v3 --nouncased
 
 which runs SentencePiece with
 
@@ -11,8 +11,11 @@ which runs SentencePiece with
   --user_defined_symbols=<eop>,.,(,),",-,–,£,€
   --shuffle_input_sentence --input_sentence_size=10000000
 
-and then checks that the model gives <unk>=0 <s>=1 </s>=2 <cls>=3 <sep>=4 <pad>=5 <mask>=6
-<eod>=7 <eop>=8, and that `<eop>` glued to the end of a sentence comes out as its own id 8.
+on the text as create will feed it (read and normalised as create reads and normalises it: see
+--uncased and --keep_accents, which should match create's), and then checks that the model gives
+<unk>=0 <s>=1 </s>=2 <cls>=3 <sep>=4 <pad>=5 <mask>=6 <eod>=7 <eop>=8, and that `<eop>` glued to
+the end of a sentence comes out as its own id 8. How the text was normalised, and the share of <unk>
+on it, are written to PREFIX.text.json beside the model.
 A small corpus cannot fill 32000 pieces: pass a smaller --vocab_size (the error says how
 small) or --nohard_vocab_limit.
 """
@@ -25,7 +28,14 @@ import sentencepiece as spm
 
 from xlnet_data import cli
 from xlnet_data.common.workers import WorkerDied
-from xlnet_data.datagen.tokenizer import SpmTrainConfig, SpmTrainError, expand_inputs, train_sentencepiece
+from xlnet_data.datagen.tokenizer import (
+    SpmTrainConfig,
+    SpmTrainError,
+    expand_inputs,
+    model_text_settings,
+    text_settings_path,
+    train_sentencepiece,
+)
 
 
 def define_flags():
@@ -37,10 +47,11 @@ def define_flags():
         "Text files to train on: comma-separated paths and/or globs (quote globs), e.g. "
         "'corpus/*.txt,extra.txt'. XLNet's input format: one sentence per line, an empty "
         "line between documents, <eop> glued to the end of a paragraph's last sentence "
-        "(it is a user-defined symbol, so it stays one piece, id 8).")
+        "(it is a user-defined symbol, so it stays one piece, id 8). Read as create reads them: "
+        "gzip, bzip2 and xz files decompressed, a binary file refused.")
     flags.DEFINE_string(
         "model_prefix", None,
-        "Output prefix: writes PREFIX.model and PREFIX.vocab (missing directories are created), "
+        "Output prefix: writes PREFIX.model, PREFIX.vocab and PREFIX.text.json (missing directories are created), "
         "e.g. out/sp10m.cased.v3.")
     flags.DEFINE_integer(
         "vocab_size", defaults.vocab_size,
@@ -70,6 +81,15 @@ def define_flags():
         "num_threads", min(os.cpu_count() or 1, 16),
         "Training threads (default: this machine's cores, at most 16).")
     flags.DEFINE_boolean(
+        "uncased", defaults.uncased,
+        "Train on lower-cased text, as create --uncased (its default, the original data_utils.py's) feeds it. "
+        "--nouncased: a cased model (the original README's sp10m.cased.v3), for create --nouncased.")
+    flags.DEFINE_boolean(
+        "keep_accents", defaults.keep_accents,
+        "Train on the text with its accents and marks (no NFKD), as create --keep_accents feeds it. Off, as "
+        "create's default: the original's accent removal first (Thai tone marks, viramas, kana voicing, "
+        "Vietnamese tones... dropped). Recorded in PREFIX.text.json; create warns when its setting differs.")
+    flags.DEFINE_boolean(
         "verbose", False,
         "Show SentencePiece's own training log on stderr (by default only its warnings).")
 
@@ -90,8 +110,12 @@ def main(argv):
         size = spm.SentencePieceProcessor(model_file=path).get_piece_size()
     except (SpmTrainError, WorkerDied) as err:
         return cli.fail("spm_train", err)
-    print(f"wrote {path} and {config.model_prefix}.vocab: {size} pieces from {len(config.input_files)} "
-          f"file(s) in {time.time() - start:.1f} s; special ids 0-8 as XLNet expects")
+    trained = model_text_settings(path)
+    share = 100 * trained["unk"] / max(1, trained["pieces"])
+    print(f"wrote {path}, {config.model_prefix}.vocab and {text_settings_path(path)}: {size} pieces from "
+          f"{len(config.input_files)} file(s) in {time.time() - start:.1f} s; special ids 0-8 as XLNet expects; "
+          f"trained {'uncased' if config.uncased else 'cased'}, accents {'kept' if config.keep_accents else 'removed'}; "
+          f"<unk> {trained['unk']} of the {trained['pieces']} pieces of its text ({share:.3f}%)")
     return 0
 
 

@@ -22,7 +22,8 @@ from xlnet_data.datagen.config import ConfigError
 FLAGS = flags.FLAGS
 
 # Defaults of the data flags where the records have no corpus_info.json (num_passes None: all passes).
-_DATA_DEFAULTS = {"bi_data": True, "mask_alpha": 6, "mask_beta": 1, "uncased": False, "num_core_per_host": 1}
+_DATA_DEFAULTS = {"bi_data": True, "mask_alpha": 6, "mask_beta": 1, "uncased": False, "keep_accents": False,
+                  "num_core_per_host": 1}
 
 
 def define_flags():
@@ -102,7 +103,8 @@ def define_flags():
 # flag -> corpus_info.json key
 DATA_FLAGS = {"train_batch_size": "bsz_per_host", "num_core_per_host": "num_core_per_host", "seq_len": "seq_len",
               "reuse_len": "reuse_len", "bi_data": "bi_data", "uncased": "uncased", "mask_alpha": "mask_alpha",
-              "mask_beta": "mask_beta", "num_predict": "num_predict", "n_token": "vocab_size"}
+              "mask_beta": "mask_beta", "num_predict": "num_predict", "n_token": "vocab_size",
+              "keep_accents": "keep_accents"}
 SHAPE_FLAGS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activation", "untie_r", "n_token")
 
 
@@ -132,7 +134,7 @@ def data_settings(record_dirs):
     values = {}
     for flag, key in DATA_FLAGS.items():
         for path, info in infos:
-            recorded = info.get(key)
+            recorded = validation.recorded(info, key)
             if recorded is None:
                 continue
             if FLAGS[flag].present and FLAGS[flag].value != recorded:

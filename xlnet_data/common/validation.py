@@ -22,7 +22,15 @@ from xlnet_data.common.save_dir import SaveDirError
 _NAMED_FIELDS = ("bsz_per_host", "seq_len", "reuse_len", "bi_data", "uncased", "mask_alpha", "mask_beta", "num_predict")
 _INT_FIELDS = ("vocab_size", "bsz_per_host", "num_core_per_host", "seq_len", "reuse_len", "mask_alpha", "mask_beta",
                "num_predict")
-_BOOL_FIELDS = ("bi_data", "uncased", "use_eod")
+_BOOL_FIELDS = ("bi_data", "uncased", "use_eod", "keep_accents")
+# What a corpus_info.json (or a record_info's create_settings) without the key means: written before the key
+# existed, or by the original, whose text step always removed accents.
+ABSENT_MEANS = {"keep_accents": False}
+
+
+def recorded(info: dict, key: str):
+    """corpus_info.json's (or create_settings') `key`, ABSENT_MEANS's value where it lacks it; else None."""
+    return info.get(key, ABSENT_MEANS.get(key))
 
 
 def _check_types(path: str, info: dict) -> None:
@@ -59,6 +67,8 @@ def _disagreements(info: dict, info_path: str, unit: dict) -> list[str]:
             found.append(f"num_core_per_host={cores} in its create_settings")
         if "use_eod" in info and "use_eod" in created and info["use_eod"] != created["use_eod"]:
             found.append(f"use_eod={created['use_eod']} in its create_settings")
+        if recorded(info, "keep_accents") != recorded(created, "keep_accents"):
+            found.append(f"keep_accents={recorded(created, 'keep_accents')} in its create_settings")
     return found
 
 
@@ -85,7 +95,8 @@ def check_corpus_info(corpus_info_path: str, info: dict, tfrecords_dir: str, spl
             closest = (info_path, problems)
     info_path, problems = closest
     first = problems[0].split("=")[0]
-    raise SaveDirError(f"{corpus_info_path}: {first}={info[first]} contradicts {info_path} ({'; '.join(problems)}), "
+    raise SaveDirError(f"{corpus_info_path}: {first}={recorded(info, first)} contradicts {info_path} "
+                       f"({'; '.join(problems)}), "
                        f"and no record_info in {tfrecords_dir} agrees with it; re-create the save_dir, or fix "
                        f"corpus_info.json")
 

@@ -11,13 +11,16 @@ from typing import Optional
 import numpy as np
 
 from xlnet_data.common import fileio
-from xlnet_data.common.vocab import EOD_ID
-from xlnet_data.datagen.text import Encoder, preprocess_texts
+from xlnet_data.common.vocab import EOD_ID, UNK_ID
+from xlnet_data.datagen.text import Encoder, StrippedMarks, preprocess_texts
 
 log = logging.getLogger("xlnet_data")
 
 READ_BLOCK_BYTES = 1 << 20   # bytes read, normalised and encoded at a time
 LONG_LINE_CHARS = 100_000     # a line this long is surely not one sentence: warn once per file
+# A file this much <unk> is text in a script the model was not trained on (every unknown character is one
+# <unk>, often after a "▁" piece: a file wholly in such a script is about half <unk>).
+UNK_WARNING_SHARE = 0.25
 
 
 class InputError(ValueError):
@@ -31,6 +34,9 @@ class FileStats:
     invalid_utf8_lines: int = 0
     first_invalid_line: int = 0
     long_lines: int = 0
+    chars: int = 0  # decoded characters, line breaks included
+    unk: int = 0  # <unk> ids
+    stripped: StrippedMarks = dataclasses.field(default_factory=StrippedMarks)  # keep_accents off
 
 
 @dataclasses.dataclass
@@ -94,6 +100,13 @@ def _line_blocks(path, stats, strict, allow_binary=False):
             yield first, _decode_lines(path, rest, stats, strict, allow_binary), raw.tell() - position
 
 
+def line_blocks(path, allow_binary=False):
+    """The lines of `path` as create reads them (decompressed, invalid UTF-8 replaced, a binary file an
+    InputError), a block at a time: for spm_train, which trains on what create will read."""
+    for _, lines, _ in _line_blocks(path, FileStats(), strict=False, allow_binary=allow_binary):
+        yield lines
+
+
 def _decode_lines(path, raw_block, stats, strict, allow_binary=False):
     """The lines of a block (without its last line break). Every carriage return byte is dropped, as tf.gfile's
     ReadLine drops it: CR LF ends a line like LF, and a CR inside a line joins what is either side of it."""
@@ -103,7 +116,9 @@ def _decode_lines(path, raw_block, stats, strict, allow_binary=False):
         number = first_line + raw_block.count(b"\n", 0, raw_block.index(b"\0"))
         raise InputError(f"{path}:{number}: a NUL byte: {_BINARY_HINT}")
     try:
-        lines = raw_block.decode("utf-8").split("\n")
+        text = raw_block.decode("utf-8")
+        stats.chars += len(text)  # for the share of characters that lose a mark; a str's length costs nothing
+        lines = text.split("\n")
         stats.lines += len(lines)
         return lines
     except UnicodeDecodeError:
@@ -120,6 +135,7 @@ def _decode_lines(path, raw_block, stats, strict, allow_binary=False):
             stats.invalid_utf8_lines += 1
             stats.first_invalid_line = stats.first_invalid_line or number
             lines.append(raw.decode("utf-8", errors="replace"))
+    stats.chars += sum(map(len, lines)) + len(lines) - 1
     if not allow_binary:
         invalid = sum(line.count("\ufffd") for line in lines) - raw_block.count("\ufffd".encode())
         if invalid > BINARY_INVALID_SHARE * len(raw_block):
@@ -151,8 +167,10 @@ def _parse_ids(path, number, line, vocab_size):
     return ids
 
 
-def _encode_block(lines, first, path, encoder, *, from_raw_text, uncased, keep_accents, use_eod, vocab_size):
-    """Ids of a block of lines, the number of ids of each kept line, and which kept lines are text.
+def _encode_block(lines, first, path, encoder, *, from_raw_text, uncased, keep_accents, use_eod, vocab_size,
+                  marks=None):
+    """Ids of a block of lines, the number of ids of each kept line, and which kept lines are text; the
+    characters that lose a mark are counted into `marks` (a text.StrippedMarks).
 
     Blank lines are kept (as one <eod>) only with `use_eod`.
     """
@@ -160,7 +178,7 @@ def _encode_block(lines, first, path, encoder, *, from_raw_text, uncased, keep_a
     is_text = np.fromiter(map(bool, stripped), dtype=bool, count=len(stripped))
     texts = [s for s in stripped if s]
     if from_raw_text:
-        text_ids, text_lengths = encoder.encode_batch(preprocess_texts(texts, uncased, keep_accents))
+        text_ids, text_lengths = encoder.encode_batch(preprocess_texts(texts, uncased, keep_accents, marks))
     else:
         numbers = [first + i for i in np.flatnonzero(is_text)]
         id_lists = [_parse_ids(path, number, text, vocab_size) for number, text in zip(numbers, texts)]
@@ -198,7 +216,7 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
         stats.long_lines += len(long_lines)
         ids, lengths, is_text = _encode_block(lines, first, path, encoder, from_raw_text=from_raw_text,
                                               uncased=uncased, keep_accents=keep_accents, use_eod=use_eod,
-                                              vocab_size=vocab_size)
+                                              vocab_size=vocab_size, marks=stats.stripped)
         # Text lines flip the flag once; a blank line's <eod> flips it twice, so it takes the flipped flag.
         flips_before = np.cumsum(is_text) - is_text
         flags = (np.bool_(sent_id) ^ (flips_before & 1).astype(bool)) ^ ~is_text
@@ -206,12 +224,17 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
             ids_chunks.append(ids)
             flag_chunks.append(np.repeat(flags, lengths))
             stats.tokens += int(ids.size)
+            stats.unk += int(np.count_nonzero(ids == UNK_ID))
         sent_id = bool(sent_id ^ (int(is_text.sum()) & 1))
         if on_progress:
             on_progress(len(lines), int(ids.size), nbytes)
     if stats.invalid_utf8_lines:
         log.warning("%s:%d: %d line(s) not valid UTF-8; bad bytes replaced by U+FFFD (--strict stops instead)",
                     path, stats.first_invalid_line, stats.invalid_utf8_lines)
+    if stats.tokens and from_raw_text and stats.unk >= UNK_WARNING_SHARE * stats.tokens:
+        log.warning("%s: %.0f%% of its tokens are <unk>: the SentencePiece model does not know its characters "
+                    "(train one on this text: spm_train, with --character_coverage=1.0 for a small corpus)",
+                    path, 100 * stats.unk / stats.tokens)
     if stats.tokens == 0:
         return None
     return Shard(path, ids_chunks, flag_chunks, stats)

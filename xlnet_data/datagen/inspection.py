@@ -13,7 +13,7 @@ import numpy as np
 
 from xlnet_data.common import records, save_dir
 from xlnet_data.common.records import FEATURES
-from xlnet_data.common.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, SPIECE_UNDERLINE
+from xlnet_data.common.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, SPIECE_UNDERLINE, UNK_ID
 
 # =====================================================================================
 # Pure functions: one example's structure, checks and text; statistics over many.
@@ -382,6 +382,19 @@ def compute_stats(examples, start_table=None, bsz_per_host=None):
     }
 
 
+class UnkCounter:
+    """<unk> among the text pieces (ids 0 and above <eop>) of the examples' inputs, per records file."""
+
+    def __init__(self):
+        self.per_file = {}  # path -> {"unk", "pieces"}
+
+    def add(self, path, input_ids):
+        counts = self.per_file.setdefault(path, {"unk": 0, "pieces": 0})
+        unk = int(np.count_nonzero(input_ids == UNK_ID))
+        counts["unk"] += unk
+        counts["pieces"] += unk + int(np.count_nonzero(input_ids > EOP_ID))
+
+
 def format_stats(stats):
     """The statistics as a plain-text table."""
     rows = []
@@ -391,6 +404,11 @@ def format_stats(stats):
         rows.append((name, value))
 
     add("records", f"{n}")
+    if "keep_accents" in stats:
+        add("keep_accents", stats["keep_accents"])
+    for path, counts in stats.get("unk_per_file", {}).items():
+        share = 100 * counts["unk"] / counts["pieces"] if counts["pieces"] else 0.0
+        add("<unk> in input", f"{counts['unk']} of {counts['pieces']} pieces ({share:.3f}%)  {path}")
     if stats["batches"] is not None:
         whole = "" if n % stats["bsz_per_host"] == 0 else "  (not a whole number!)"
         noted = stats.get("record_info_num_batch")

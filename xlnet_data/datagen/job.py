@@ -5,7 +5,7 @@ import logging
 from collections.abc import Sequence
 from typing import Optional
 
-from xlnet_data.common import run_lock
+from xlnet_data.common import fileio, run_lock, save_dir
 from xlnet_data.datagen import generated, token_cache
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import make_plan, prepare_save_dir
@@ -25,11 +25,45 @@ class CreateSummary:
     def total(self, field: str, written_only: bool = True) -> int:
         return sum(getattr(r, field) for r in (self.written if written_only else self.units))
 
+    @property
+    def input_counts(self) -> dict:
+        """units.input_counts of every file the run read, each once (the passes of a task share its files)."""
+        merged = {}
+        for result in self.units:
+            merged.update(result.input_counts)
+        return merged
+
     def line(self, seconds: float) -> str:
+        counts = self.input_counts.values()
+        unk, marks, arabic = (sum(c[key] for c in counts) for key in ("unk", "marks", "arabic_marks"))
+        lost = sum(1 for c in counts if c["marks"] or c["arabic_marks"])
+        stripped = (f"{marks} letters lost a mark to the accent removal (and {arabic} Arabic harakat) in {lost} "
+                    "file(s), " if lost else "")
         return (f"done: {len(self.written)} unit(s), {self.total('tokens')} tokens, {self.total('records')} records "
                 f"in {self.total('num_batch')} batches, {self.total('dropped_tokens')} tail tokens dropped, "
                 f"{self.total('invalid_utf8_lines', False)} invalid UTF-8 lines replaced, "
-                f"{self.total('skipped_files', False)} files without tokens skipped, {seconds:.1f} s")
+                f"{self.total('skipped_files', False)} files without tokens skipped, {unk} <unk> read, {stripped}"
+                f"{seconds:.1f} s")
+
+    def marks_warning(self) -> Optional[str]:
+        """One line when the accent removal (keep_accents off) changed at least MARKS_WARNING_SHARE of a file's
+        characters (Arabic harakat apart, as they are optional), naming the worst file; else None."""
+        shares = {path: c["marks"] / c["chars"] for path, c in self.input_counts.items() if c["marks"] and c["chars"]}
+        over = [path for path, share in shares.items() if share >= MARKS_WARNING_SHARE]
+        if not over:
+            return None
+        worst = max(over, key=shares.get)
+        others = f" (and {len(over) - 1} more file(s) over {100 * MARKS_WARNING_SHARE:g}%)" if len(over) > 1 else ""
+        return (f"the original's accent removal changed {100 * shares[worst]:.1f}% of the characters of {worst}"
+                f"{others}: {self.input_counts[worst]['marks']} letters lost a mark (tone marks, viramas, kana "
+                "voicing, accents...); pass --keep_accents to keep them (to spm_train too)")
+
+
+# The share of a file's characters that losing a mark makes a warning: English text with names and loanwords
+# (café, José) stays far below it (the Austen sample: 0%), Spanish is 3.2% (sample_corpus's Reina-Valera),
+# and the scripts whose marks are letters (Thai, Hindi, Japanese, Vietnamese, Greek...) 3-20% (README,
+# "Languages").
+MARKS_WARNING_SHARE = 0.005
 
 
 def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers: Optional[int] = None,
@@ -70,7 +104,20 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
         # (--write_records=false) of the save_dir need them.
         if not keep_cache and config.write_records and not generated.find_cache_units(config.save_dir):
             token_cache.remove(config)
-    return CreateSummary(tuple(results))
+        summary = CreateSummary(tuple(results))
+        _record_input_counts(config, summary.input_counts)
+    return summary
+
+
+def _record_input_counts(config, counts):
+    """Adds the run's per-file counts (<unk>, letters that lost a mark) to corpus_info.json's `input_counts`,
+    those of earlier runs on other files (other tasks) kept."""
+    path = save_dir.corpus_info_path(config.save_dir)
+    if not counts or not fileio.exists(path):
+        return
+    info = save_dir.read_json(path)
+    info["input_counts"] = {**info.get("input_counts", {}), **counts}
+    save_dir.write_json(path, info)
 
 
 def _check_before_locking(config, overwrite):

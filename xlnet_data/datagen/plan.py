@@ -8,9 +8,9 @@ import dataclasses
 import logging
 import os
 
-from xlnet_data.common import fileio, save_dir
+from xlnet_data.common import fileio, save_dir, validation
 from xlnet_data.common.vocab import load_sentencepiece
-from xlnet_data.datagen import corpus, token_cache, units
+from xlnet_data.datagen import corpus, token_cache, tokenizer, units
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.corpus import InputError
 
@@ -42,7 +42,8 @@ def _check_save_dir(config, info, overwrite):
         existing = save_dir.read_json(path)
     except (OSError, ValueError):
         return
-    differ = [f"{k} {existing.get(k)!r} there, {v!r} here" for k, v in info.items() if existing.get(k) != v]
+    there = {**validation.ABSENT_MEANS, **existing}  # a corpus_info of an older create lacks the newer keys
+    differ = [f"{k} {there.get(k)!r} there, {v!r} here" for k, v in info.items() if there.get(k) != v]
     if differ:
         raise CreateError(f"{config.save_dir} holds data made with other flags ({'; '.join(differ)}); "
                           "use another --save_dir, or --overwrite")
@@ -57,7 +58,10 @@ def unit_is_complete(config, unit):
         info = save_dir.read_json(info_path)
     except (OSError, ValueError):
         return False
-    if info.get("create_settings") != units.record_settings(config):
+    created = info.get("create_settings")
+    if isinstance(created, dict):  # a unit written before a setting existed has its old meaning
+        created = {**validation.ABSENT_MEANS, **created}
+    if created != units.record_settings(config):
         raise CreateError(f"{info_path} was written with other flags; use another --save_dir, or --overwrite")
     if units.TOKEN_CACHE in info:  # cache-backed: complete while its cache is there, and if no records are asked
         return not config.write_records and token_cache.referenced_cache_exists(config, info[units.TOKEN_CACHE])
@@ -74,6 +78,10 @@ def _size(path):
 def make_plan(config: CreateConfig, overwrite=False) -> Plan:
     """Checks the model, the inputs and the save_dir; lists the units to run. Writes nothing."""
     sp = load_sentencepiece(config.sp_path)
+    mismatch = config.from_raw_text and tokenizer.text_settings_mismatch(config.sp_path, config.uncased,
+                                                                        config.keep_accents)
+    if mismatch:
+        log.warning("%s", mismatch)
     paths = fileio.glob(config.input_glob)
     if not paths:
         raise CreateError(f"no file matches --input_glob={config.input_glob}")

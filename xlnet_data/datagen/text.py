@@ -1,5 +1,6 @@
 """Text to ids: the original's normalisation, SentencePiece encoding and its digit-comma rule."""
 
+import dataclasses
 import functools
 import itertools
 import sys
@@ -32,15 +33,50 @@ def _is_combining():
                        count=sys.maxunicode + 1)
 
 
+# The Arabic marks (harakat, Quranic annotation) among those the accent removal drops: optional vowel marks,
+# usually left out of written Arabic, so they are counted apart from the marks that are part of a letter.
+_ARABIC_MARKS = ((0x0610, 0x061A), (0x064B, 0x065F), (0x0670, 0x0670), (0x06D6, 0x06ED), (0x08D3, 0x08FF))
+
+
+@functools.cache
+def _is_arabic_mark():
+    table = np.zeros(sys.maxunicode + 1, dtype=bool)
+    for first, last in _ARABIC_MARKS:
+        table[first:last + 1] = True
+    return table
+
+
+@dataclasses.dataclass
+class StrippedMarks:
+    """What the original's accent removal (keep_accents off) took from a text: the characters that lost a
+    combining mark (Thai tone marks, viramas, nuktas, kana voicing, Vietnamese tones, Greek tonos, Hebrew
+    points, Latin accents...), and apart, those that lost only Arabic harakat."""
+    letters: int = 0
+    arabic: int = 0
+
+    def count(self, code_points, dropped):
+        """Counts the characters of NFKD `code_points` that lose marks, `dropped` the marks: one per run of
+        marks (a run belongs to the character before it), Arabic where the run's first mark is."""
+        starts = np.flatnonzero(dropped[1:] & ~dropped[:-1]) + 1
+        if dropped.size and dropped[0]:
+            starts = np.concatenate(([0], starts))
+        arabic = int(np.count_nonzero(_is_arabic_mark()[code_points[starts]]))
+        self.letters += starts.size - arabic
+        self.arabic += arabic
+
+
 def _collapse_whitespace(lines):
     return [" ".join(line.split()) for line in lines]
 
 
-def _nfkd_without_combining(text):
+def _nfkd_without_combining(text, stripped=None):
     """NFKD, then the combining characters dropped, by a table lookup over the code points in numpy (a
-    per-character str.translate dictionary lookup costs ten times as much)."""
+    per-character str.translate dictionary lookup costs ten times as much); counted into `stripped`."""
     code_points = np.frombuffer(unicodedata.normalize("NFKD", text).encode("utf-32-le"), dtype=np.uint32)
-    return code_points[~_is_combining()[code_points]].tobytes().decode("utf-32-le")
+    dropped = _is_combining()[code_points]
+    if stripped is not None:
+        stripped.count(code_points, dropped)
+    return code_points[~dropped].tobytes().decode("utf-32-le")
 
 
 def _doubled(ascii_text):
@@ -66,7 +102,7 @@ def _preprocess_ascii(lines, lower):
     return (text.lower() if lower else text).split("\n")
 
 
-def _preprocess_wide(lines, lower, keep_accents):
+def _preprocess_wide(lines, lower, keep_accents, stripped=None):
     """preprocess_texts of lines that are not ASCII: every step (Unicode whitespace, NBSP, U+2028, ...,
     only occur in them). Whitespace is collapsed only when the block has any to collapse: splitting and
     joining every line cost 7 ns a token, a search for each such character 1 ns."""
@@ -75,14 +111,15 @@ def _preprocess_wide(lines, lower, keep_accents):
         text = "\n".join(_collapse_whitespace(lines))
     text = text.replace("``", '"').replace("''", '"')
     if not keep_accents:
-        text = _nfkd_without_combining(text)
+        text = _nfkd_without_combining(text, stripped)
     return (text.lower() if lower else text).split("\n")
 
 
-def preprocess_texts(lines, lower, keep_accents=False):
+def preprocess_texts(lines, lower, keep_accents=False, stripped: "StrippedMarks | None" = None):
     """The original's `preprocess_text` of many stripped, non-empty lines: whitespace collapsed, `` and ''
     to ", NFKD without combining marks (unless `keep_accents`, the original's option of that name),
-    lower-cased if `lower`.
+    lower-cased if `lower`. The characters that lose a mark are counted into `stripped` (ASCII lines have
+    none: they are not looked at).
 
     The steps run on lines joined by "\n": each acts within a line (NFKD reorders only between starters,
     and "\n" is one; final-sigma lower-casing stops at it), so the result is line by line's. Most lines
@@ -97,12 +134,12 @@ def preprocess_texts(lines, lower, keep_accents=False):
         return _preprocess_ascii(lines, lower)
     wide_lines = [lines[i] for i in wide]
     if len(wide) == len(lines):
-        return _preprocess_wide(wide_lines, lower, keep_accents)
+        return _preprocess_wide(wide_lines, lower, keep_accents, stripped)
     narrow_lines = list(lines)
     for i in wide:
         narrow_lines[i] = ""
     out = _preprocess_ascii(narrow_lines, lower)
-    for i, line in zip(wide, _preprocess_wide(wide_lines, lower, keep_accents)):
+    for i, line in zip(wide, _preprocess_wide(wide_lines, lower, keep_accents, stripped)):
         out[i] = line
     return out
 

@@ -48,7 +48,8 @@ class CacheIndex:
     """What a token cache holds: its shards (files with tokens) in file order, and the counts of the task."""
     task: int
     key: str
-    shards: list[dict]  # {"path", "tokens", "lines", "invalid_utf8_lines", "ids_offset", "flags_offset"}
+    shards: list[dict]  # {"path", "tokens", "lines", "invalid_utf8_lines", "chars", "unk", "marks", "arabic_marks",
+    #                      "ids_offset", "flags_offset"}: see units.input_counts
     skipped_files: int  # files without any token
 
     @property
@@ -109,8 +110,10 @@ def _encoded_shards(config: CreateConfig, files, sp, on_progress, encode_threads
 
 def _entry(shard):
     """A shard's entry of the index, its offsets in the cache file apart."""
-    return {"path": shard.path, "tokens": shard.num_tokens, "lines": shard.stats.lines,
-            "invalid_utf8_lines": shard.stats.invalid_utf8_lines}
+    stats = shard.stats
+    return {"path": shard.path, "tokens": shard.num_tokens, "lines": stats.lines,
+            "invalid_utf8_lines": stats.invalid_utf8_lines, "chars": stats.chars, "unk": stats.unk,
+            "marks": stats.stripped.letters, "arabic_marks": stats.stripped.arabic}
 
 
 def encode_task(config: CreateConfig, task, files, key, sp, on_progress=None, encode_threads=-1) -> EncodeResult:

@@ -5,18 +5,28 @@ train_sentencepiece(SpmTrainConfig(...)) runs the original README's recipe (`--v
 --user_defined_symbols=<eop>,.,(,),",-,–,£,€ --shuffle_input_sentence --input_sentence_size=10000000`)
 and verify_model checks <unk>=0 <s>=1 </s>=2 <cls>=3 <sep>=4 <pad>=5 <mask>=6 <eod>=7 <eop>=8, and that
 `<eop>` glued to the end of a sentence comes out as its own id 8. The command is xlnet_data/spm_train.py.
+
+The model is trained on the text as create feeds it: each file read as create reads it (decompressed, a
+binary file refused), its lines stripped and normalised by create's own preprocess_texts with the same
+`uncased` and `keep_accents`; so no piece is learnt that create cannot produce. How, and the share of
+<unk> on that text, go into `<model_prefix>.text.json` beside the model (model_text_settings reads it).
 """
 
 import contextlib
 import dataclasses
 import glob
+import json
 import os
 import re
 import signal
+from typing import Optional
 
+import numpy as np
 import sentencepiece as spm
 
 from xlnet_data.common import fileio, vocab, workers
+from xlnet_data.datagen import corpus
+from xlnet_data.datagen.text import preprocess_texts
 
 # The original README's spm_train symbols. Control symbols take ids 3..7 after
 # <unk>, <s>, </s>; user-defined ones follow, so <eop> gets 8.
@@ -48,6 +58,8 @@ class SpmTrainConfig:
     hard_vocab_limit: bool = True
     num_threads: int = 16
     verbose: bool = False
+    uncased: bool = True  # create's default (the original data_utils.py's), so that the two agree by default
+    keep_accents: bool = False  # create's default: the original's accent removal
 
     def __post_init__(self):
         files = self.input_files
@@ -78,6 +90,13 @@ def expand_inputs(spec):
     return tuple(files)
 
 
+def _input_error(err):
+    """create's InputError about an input file, told as spm_train's (it has no --allow_binary)."""
+    text = str(err).replace("take it out of --input_glob, or pass --allow_binary to read it anyway",
+                            "take it out of --input")
+    return SpmTrainError(text)
+
+
 def _validate(config):
     if not config.input_files:
         raise SpmTrainError("no input files")
@@ -86,6 +105,10 @@ def _validate(config):
             raise SpmTrainError(f"no such input file: {path}")
         if not os.access(path, os.R_OK):
             raise SpmTrainError(f"{path}: Permission denied (an input file)")
+        try:
+            corpus.check_first_block(path)  # a binary or damaged file, as create refuses it
+        except corpus.InputError as err:
+            raise _input_error(err) from None
     if config.model_type not in MODEL_TYPES:
         why = (" (a word model keeps <eop> glued to the word before it, losing the paragraph ends)"
                if config.model_type == "word" else "")
@@ -161,10 +184,54 @@ def _write_failure(err, tmp_prefix, model_prefix):
     return f"{model_prefix}{begun[-1]}: {reason}"
 
 
+def training_lines(config, limit=None):
+    """The lines of the input files as create feeds them to SentencePiece (see the module's docstring), at
+    most `limit` of them; gzip, bzip2 and xz files decompressed; corpus.InputError for a binary file."""
+    left = limit
+    for path in config.input_files:
+        for lines in corpus.line_blocks(path):
+            texts = [text for text in (line.strip() for line in lines) if text]
+            if left is not None:
+                texts, left = texts[:left], left - min(left, len(texts))
+            yield from preprocess_texts(texts, config.uncased, config.keep_accents) if texts else ()
+            if left == 0:
+                return
+
+
+UNK_MEASURE_BATCH = 10_000  # lines encoded at a time to measure <unk>
+
+
+def unk_counts(model_path, lines, num_threads):
+    """(<unk> pieces, pieces) of `lines` encoded by the model at `model_path`."""
+    sp = spm.SentencePieceProcessor(model_file=model_path)
+    unk = pieces = 0
+    batch = []
+    for line in [*lines, None]:
+        if line is not None:
+            batch.append(line)
+        if batch and (line is None or len(batch) == UNK_MEASURE_BATCH):
+            ids = np.concatenate([np.asarray(x, dtype=np.int32) for x in sp.encode(batch, num_threads=num_threads)])
+            unk += int(np.count_nonzero(ids == vocab.UNK_ID))
+            pieces += int(ids.size)
+            batch = []
+    return unk, pieces
+
+
 def _train(config, tmp_prefix):
+    """Trains (in a worker process); returns (<unk> pieces, pieces) of the first input_sentence_size lines (all
+    with 0) of the text it was trained on."""
+    failed = []
+
+    def lines():  # an exception in the iterator comes out of SentencePiece as "INTERNAL: ..."; kept to raise
+        try:
+            yield from training_lines(config)
+        except corpus.InputError as err:
+            failed.append(err)
+            raise
+
     try:
         spm.SentencePieceTrainer.train(
-            input=list(config.input_files),
+            sentence_iterator=lines(),
             model_prefix=tmp_prefix,
             vocab_size=config.vocab_size,
             model_type=config.model_type,
@@ -178,7 +245,55 @@ def _train(config, tmp_prefix):
             minloglevel=0 if config.verbose else 1,
         )
     except (RuntimeError, OSError) as err:
+        if failed:
+            raise _input_error(failed[0]) from None
         raise SpmTrainError(_write_failure(err, tmp_prefix, config.model_prefix) or _explain(err)) from None
+    return unk_counts(tmp_prefix + ".model", training_lines(config, config.input_sentence_size or None),
+                      config.num_threads)
+
+
+TEXT_SETTINGS_SUFFIX = ".text.json"
+
+
+def text_settings_path(model_path):
+    """Where spm_train records how the text of the model at `model_path` was normalised: PREFIX.text.json."""
+    prefix = model_path[:-len(".model")] if model_path.endswith(".model") else model_path
+    return prefix + TEXT_SETTINGS_SUFFIX
+
+
+def model_text_settings(model_path) -> Optional[dict]:
+    """spm_train's record beside a model ({"uncased", "keep_accents", "lines", "pieces", "unk"}), or None
+    for a model without one (trained elsewhere, or before it was written) or with an unreadable one."""
+    path = text_settings_path(model_path)
+    try:
+        if not fileio.exists(path):
+            return None
+        settings = json.loads(fileio.read_text(path))
+    except (OSError, ValueError):
+        return None
+    return settings if isinstance(settings, dict) else None
+
+
+def text_settings_mismatch(model_path, uncased, keep_accents) -> Optional[str]:
+    """One line when the model at `model_path` was trained on text normalised otherwise than create's
+    `uncased` and `keep_accents` will normalise it, else None (also for a model without spm_train's record)."""
+    settings = model_text_settings(model_path)
+    if settings is None:
+        return None
+    trained = bool(settings.get("keep_accents", False))
+    if trained != keep_accents:
+        how = "with their accents and marks" if trained else "with accents and marks removed"
+        harm = ("the letters with marks it never saw may become <unk>" if keep_accents
+                else "its pieces with marks are never used")
+        return (f"{model_path} was trained by spm_train --{'' if trained else 'no'}keep_accents (text {how}), and "
+                f"create runs with --{'' if keep_accents else 'no'}keep_accents: {harm}; use the same setting in both")
+    # A cased model under an uncased create is the original's own practice and knows the lower-case letters
+    # in all but rare cases (a letter seen only as a capital): not warned about. The other way, every capital
+    # is unknown to the model.
+    if settings.get("uncased", True) and not uncased:
+        return (f"{model_path} was trained by spm_train --uncased (lower-cased text) and create runs with "
+                "--nouncased: capitals may become <unk>; use the same setting in both")
+    return None
 
 
 def _end_on_sigterm():
@@ -188,27 +303,38 @@ def _end_on_sigterm():
 
 
 def train_sentencepiece(config):
-    """Trains `<model_prefix>.model` and `.vocab` as `config` says, checks it; returns the .model path.
+    """Trains `<model_prefix>.model` and `.vocab` as `config` says, checks it, and records how its text was
+    normalised in `<model_prefix>.text.json`; returns the .model path.
 
-    SentencePiece writes both under a temporary prefix beside them, renamed when it is done: a failed
-    or interrupted training leaves neither a half-written model nor its temporary files. It trains in a
-    worker process, so that a signal (stopping.stop_on_signals) stops it at once: the C++ training would
-    not let this process handle one until it is done.
+    SentencePiece writes both under a temporary prefix beside them, the JSON is written there too, and the
+    three are renamed when all are done: a failed or interrupted training leaves neither a half-written model
+    nor its temporary files. It trains in a worker process, so that a signal (stopping.stop_on_signals) stops
+    it at once: the C++ training would not let this process handle one until it is done.
     """
     _validate(config)
     _prepare_output_dir(config.model_prefix)
     tmp_prefix = fileio.temp_path_for(config.model_prefix)
+    suffixes = (*OUTPUT_SUFFIXES, TEXT_SETTINGS_SUFFIX)
+    done = []
     try:
         with workers.Workers(1, initializer=_end_on_sigterm) as worker:
-            worker.run(_train, [(config, tmp_prefix)], on_done=lambda index, result: None,
+            worker.run(_train, [(config, tmp_prefix)], on_done=lambda index, result: done.append(result),
                        on_counts=lambda *counts: None)
-        for suffix in OUTPUT_SUFFIXES:
+        unk, pieces = done[0]
+        settings = {"uncased": config.uncased, "keep_accents": config.keep_accents, "pieces": pieces, "unk": unk,
+                    "input_files": list(config.input_files)}
+        try:  # before any rename: a full disk here leaves no model either
+            with open(tmp_prefix + TEXT_SETTINGS_SUFFIX, "w", encoding="utf-8") as f:
+                f.write(json.dumps(settings, indent=1) + "\n")
+        except OSError as err:
+            raise SpmTrainError(f"{config.model_prefix}{TEXT_SETTINGS_SUFFIX}: {err.strerror}") from None
+        for suffix in suffixes:
             try:
                 os.replace(tmp_prefix + suffix, config.model_prefix + suffix)
             except OSError as err:
                 raise SpmTrainError(f"{config.model_prefix}{suffix}: {err.strerror}") from None
     finally:
-        for suffix in OUTPUT_SUFFIXES:
+        for suffix in suffixes:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp_prefix + suffix)
     path = config.model_prefix + ".model"

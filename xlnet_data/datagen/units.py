@@ -47,11 +47,22 @@ class UnitResult:
     skipped_files: int = 0  # files without any token
     record_path: Optional[str] = None
     skipped: str = ""  # why nothing was written, if so
+    input_counts: dict = dataclasses.field(default_factory=dict)  # see input_counts
 
 
 COUNTS = ("files", "lines", "tokens", "records", "num_batch", "dropped_tokens", "invalid_utf8_lines", "skipped_files")
 RECORD_INFO_COUNTS = "create_counts"  # record_info's key for a unit's COUNTS, read back by runners without metrics
 TOKEN_CACHE = "token_cache"  # record_info's key of a cache-backed unit (no records): which cache makes them
+RECORD_INFO_INPUT_COUNTS = "input_counts"
+INPUT_COUNTS = ("chars", "tokens", "unk", "marks", "arabic_marks")  # of an input file: see input_counts
+
+
+def input_counts(shards):
+    """{path: {INPUT_COUNTS}} of the files (token cache index entries) with <unk> ids or characters that lost a
+    mark to the accent removal (`marks`; Arabic harakat apart, `arabic_marks`); the others need no word.
+    Per file, not per unit: the passes of a task share its files."""
+    return {shard["path"]: {key: int(shard.get(key, 0)) for key in INPUT_COUNTS} for shard in shards
+            if shard.get("unk") or shard.get("marks") or shard.get("arabic_marks")}
 
 
 def plan_units(config: CreateConfig):
@@ -261,7 +272,7 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
                                           f"from {config.save_dir}; run the same command again")
     result = UnitResult(unit, files=len(index.shards), lines=sum(s["lines"] for s in index.shards),
                         tokens=index.tokens, invalid_utf8_lines=sum(s["invalid_utf8_lines"] for s in index.shards),
-                        skipped_files=index.skipped_files)
+                        skipped_files=index.skipped_files, input_counts=input_counts(index.shards))
     rows, random_state = unit_rows(config, unit, index, encoded)
     record_path, info_path = record_paths(config, unit)
     try:
@@ -286,7 +297,8 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
     result.records = num_batch * config.bsz_per_host
     result.dropped_tokens = result.tokens - num_batch * config.reuse_len * rows.data.shape[0]
     info = {"filenames": [record_path], "num_batch": num_batch, "create_settings": record_settings(config),
-            RECORD_INFO_COUNTS: {field: getattr(result, field) for field in COUNTS}}
+            RECORD_INFO_COUNTS: {field: getattr(result, field) for field in COUNTS},
+            RECORD_INFO_INPUT_COUNTS: result.input_counts}
     if config.write_records:
         result.record_path = record_path
     else:
@@ -313,4 +325,5 @@ def recorded_result(config: CreateConfig, unit: Unit) -> UnitResult:
     info = save_dir.read_json(info_path)
     counts = info.get(RECORD_INFO_COUNTS, {"num_batch": info.get("num_batch", 0)})
     return UnitResult(unit, **{field: int(counts.get(field, 0)) for field in COUNTS},
-                      record_path=record_path if info.get("filenames") else None)
+                      record_path=record_path if info.get("filenames") else None,
+                      input_counts=info.get(RECORD_INFO_INPUT_COUNTS, {}))
