@@ -3,7 +3,7 @@
     python benchmarks/bench_train.py gpu                      # XLNet-Base shape on every local GPU, 20 steps
     python benchmarks/bench_train.py gpu --bfloat16 --bsz_per_replica=8
     python benchmarks/bench_train.py gpu --small --steps=5    # a tiny shape: checks the script on a CPU
-    python benchmarks/bench_train.py step --original=/tmp/xlnet-original    # train_gpu's step vs the original's
+    python benchmarks/bench_train.py step --original=/tmp/xlnet-original    # train_gpu's step vs the original's, HF's
     python benchmarks/bench_train.py input --original=/tmp/xlnet-original   # input pipeline vs the original's
 
 gpu: the real step (xlnet_data.pretrain.training.Trainer: PLM loss, all-reduce, clipping, Adam) on synthetic
@@ -12,15 +12,20 @@ gpu: the real step (xlnet_data.pretrain.training.Trainer: PLM loss, all-reduce, 
   d_model 768, 12 heads of 64, d_inner 3072, seq_len 512, reuse_len 256, mem_len 384, 85 predictions per
   example, 32,000 tokens. Do not run it on a CPU beyond a step or two.
 
-step: `python -m xlnet_data.train_gpu` exactly as the CLI runs it on records (--iterations=1: every step is
-  logged with its tokens/s), pinned to one core (taskset -c 0), alternating with the original's step
-  (../shared/tools/original_train_step.py: train_gpu.py's graph in a TF1 session, one Session.run per step, on
-  a synthetic batch of the same shape), both from the original's initial weights (--save_init). Shapes: "issue"
-  (4 layers, d_model 256, 4 heads of 64, d_inner 1024, seq_len 128, reuse 64, mem_len 64, 8 rows, 32,000
-  tokens, bi_data, untie_r, gelu; the records of ../shared/golden/g1_blog) and "demo" (bin/demo's train
-  command: 2 layers, d_model 32, 2 heads of 16, d_inner 64, mem_len 64, on records made as bin/demo makes
-  them, 4,000 tokens). Reports the median ms/step of each run (the first `--warmup` steps dropped), the median
-  over the rounds, and ours / original.
+step: train_gpu's step against the yardsticks a user would pick instead, each in its own process pinned to one core
+  (taskset -c 0), in alternating rounds, all on the same shape and features: the original
+  (../shared/tools/original_train_step.py: train_gpu.py's graph in a TF1 session, one Session.run per step, on a
+  synthetic batch), `python -m xlnet_data.train_gpu` exactly as the CLI runs it on records (--iterations=1: a step
+  is the time between two log lines; from the original's initial weights, --save_init -> --init_checkpoint) and
+  Hugging Face's XLNetLMHeadModel (PyTorch, torch.set_num_threads(1); the same perm_mask, target_mapping, token
+  types, labels and memories, "bi" attention, bi_data, dropout 0, clipping, Adam; --no-hf leaves it out). Each step
+  is timed in process CPU time (all threads) and wall time; CPU time is the figure to compare on a shared machine.
+  Shapes: "issue" (shape A: 4 layers, d_model 256, 4 heads of 64, d_inner 1024, seq_len 128, reuse 64, mem_len 64,
+  8 rows, 32,000 tokens, bi_data, untie_r, gelu; the records of ../shared/golden/g1_blog) and "demo" (bin/demo's
+  train command: 2 layers, d_model 32, 2 heads of 16, d_inner 64, mem_len 64, on records made as bin/demo makes
+  them, 4,000 tokens). Prints the CPU, TensorFlow's and PyTorch's builds and the load first, then per round each
+  run's median, the median over the rounds, the ratios and the per-round ratios. --env KEY=VALUE sets a variable
+  for every run (TF_ENABLE_ONEDNN_OPTS=0: TensorFlow's Eigen kernels, its default on CPUs without AVX512_VNNI).
 
 input: examples/s of make_dataset (batches of bsz_per_core) and of training.replica_batches (what the
   trainer reads) against the original's data_utils.get_input_fn (under tf.compat.v1 with the shims of
@@ -231,7 +236,8 @@ def machine_line() -> str:
     features = [name for name in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f" {name}" in flags]
     opts = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset")
     return (f"CPU: {model} ({os.cpu_count()} cores; {', '.join(features)}); TensorFlow {version} (oneDNN ops "
-            f"{'on' if onednn else 'off'}, TF_ENABLE_ONEDNN_OPTS={opts}; {compiler}); {torch_line}; load average "
+            f"{'on' if onednn else 'off'}, TF_ENABLE_ONEDNN_OPTS={opts}{'; ' + compiler if compiler else ''}); {torch_line}; "
+            f"load average "
             f"{' '.join(f'{value:.2f}' for value in os.getloadavg())}")
 
 
