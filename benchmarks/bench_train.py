@@ -214,13 +214,13 @@ def hf_worker(args):
     return times
 
 
-def machine_line() -> str:
+def machine_line(extra_env: dict) -> str:
     """The CPU, TensorFlow's and PyTorch's builds, the load: so that figures of different machines are not mixed."""
     code = ("import json, tensorflow as tf\n"
             "from tensorflow.python.util import _pywrap_util_port as port\n"
             "build = tf.sysconfig.get_build_info()\n"
             "print(json.dumps([tf.__version__, port.IsMklEnabled(), build.get('cpu_compiler', '')]))")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **extra_env}
     version, onednn, compiler = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                                                           text=True, check=True).stdout.strip().splitlines()[-1])
     try:
@@ -234,7 +234,7 @@ def machine_line() -> str:
         model = next((line.split(":", 1)[1].strip() for line in fp if line.startswith("model name")), "unknown CPU")
     flags = open("/proc/cpuinfo").read()
     features = [name for name in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f" {name}" in flags]
-    opts = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset")
+    opts = env.get("TF_ENABLE_ONEDNN_OPTS", "unset")
     return (f"CPU: {model} ({os.cpu_count()} cores; {', '.join(features)}); TensorFlow {version} (oneDNN ops "
             f"{'on' if onednn else 'off'}, TF_ENABLE_ONEDNN_OPTS={opts}{'; ' + compiler if compiler else ''}); {torch_line}; "
             f"load average "
@@ -243,7 +243,7 @@ def machine_line() -> str:
 
 def bench_step(args):
     os.makedirs(args.work_dir, exist_ok=True)
-    print(machine_line(), flush=True)
+    print(machine_line(dict(item.split("=", 1) for item in args.env)), flush=True)
     for shape in args.shapes.split(","):
         records = (os.path.join(SHARED, "golden", "g1_blog", "expected") if shape == "issue"
                    else demo_records(args.work_dir))
