@@ -3,7 +3,7 @@
     python benchmarks/bench_train.py gpu                      # XLNet-Base shape on every local GPU, 20 steps
     python benchmarks/bench_train.py gpu --bfloat16 --bsz_per_replica=8
     python benchmarks/bench_train.py gpu --small --steps=5    # a tiny shape: checks the script on a CPU
-    python benchmarks/bench_train.py step --original=/tmp/xlnet-original    # train_gpu's step vs the original's
+    python benchmarks/bench_train.py step --original=/tmp/xlnet-original    # train_gpu's step vs the original's, HF's
     python benchmarks/bench_train.py input --original=/tmp/xlnet-original   # input pipeline vs the original's
 
 gpu: the real step (xlnet_data.pretrain.training.Trainer: PLM loss, all-reduce, clipping, Adam) on synthetic
@@ -12,15 +12,20 @@ gpu: the real step (xlnet_data.pretrain.training.Trainer: PLM loss, all-reduce, 
   d_model 768, 12 heads of 64, d_inner 3072, seq_len 512, reuse_len 256, mem_len 384, 85 predictions per
   example, 32,000 tokens. Do not run it on a CPU beyond a step or two.
 
-step: `python -m xlnet_data.train_gpu` exactly as the CLI runs it on records (--iterations=1: every step is
-  logged with its tokens/s), pinned to one core (taskset -c 0), alternating with the original's step
-  (../shared/tools/original_train_step.py: train_gpu.py's graph in a TF1 session, one Session.run per step, on
-  a synthetic batch of the same shape), both from the original's initial weights (--save_init). Shapes: "issue"
-  (4 layers, d_model 256, 4 heads of 64, d_inner 1024, seq_len 128, reuse 64, mem_len 64, 8 rows, 32,000
-  tokens, bi_data, untie_r, gelu; the records of ../shared/golden/g1_blog) and "demo" (bin/demo's train
-  command: 2 layers, d_model 32, 2 heads of 16, d_inner 64, mem_len 64, on records made as bin/demo makes
-  them, 4,000 tokens). Reports the median ms/step of each run (the first `--warmup` steps dropped), the median
-  over the rounds, and ours / original.
+step: train_gpu's step against the yardsticks a user would pick instead, each in its own process pinned to one core
+  (taskset -c 0), in alternating rounds, all on the same shape and features: the original
+  (../shared/tools/original_train_step.py: train_gpu.py's graph in a TF1 session, one Session.run per step, on a
+  synthetic batch), `python -m xlnet_data.train_gpu` exactly as the CLI runs it on records (--iterations=1: a step
+  is the time between two log lines; from the original's initial weights, --save_init -> --init_checkpoint) and
+  Hugging Face's XLNetLMHeadModel (PyTorch, torch.set_num_threads(1); the same perm_mask, target_mapping, token
+  types, labels and memories, "bi" attention, bi_data, dropout 0, clipping, Adam; --no-hf leaves it out). Each step
+  is timed in process CPU time (all threads) and wall time; CPU time is the figure to compare on a shared machine.
+  Shapes: "issue" (shape A: 4 layers, d_model 256, 4 heads of 64, d_inner 1024, seq_len 128, reuse 64, mem_len 64,
+  8 rows, 32,000 tokens, bi_data, untie_r, gelu; the records of ../shared/golden/g1_blog) and "demo" (bin/demo's
+  train command: 2 layers, d_model 32, 2 heads of 16, d_inner 64, mem_len 64, on records made as bin/demo makes
+  them, 4,000 tokens). Prints the CPU, TensorFlow's and PyTorch's builds and the load first, then per round each
+  run's median, the median over the rounds, the ratios and the per-round ratios. --env KEY=VALUE sets a variable
+  for every run (TF_ENABLE_ONEDNN_OPTS=0: TensorFlow's Eigen kernels, its default on CPUs without AVX512_VNNI).
 
 input: examples/s of make_dataset (batches of bsz_per_core) and of training.replica_batches (what the
   trainer reads) against the original's data_utils.get_input_fn (under tf.compat.v1 with the shims of
@@ -32,17 +37,19 @@ The machine these figures come from is shared: run the rounds alternately and co
 """
 
 import argparse
+import contextlib
 import glob
 import gzip
+import io
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import types
 
 import numpy as np
 
@@ -98,59 +105,181 @@ def demo_records(work_dir):
     return save_dir
 
 
-def original_step(original, shape, init, steps, args):
-    """Median ms/step as the tool reports it."""
-    flags = [f"--{key}={value}" for key, value in {**STEP_SHAPES[shape], **STEP_RECORDS}.items()]
-    out = pinned([os.path.join(SHARED, "tools", "original_train_step.py"), *flags, f"--steps={steps}",
-                  f"--warmup={args.warmup}", f"--save_init={init}", f"--model_dir={tempfile.mkdtemp()}"],
-                 env={"XLNET_REF": original})
-    return json.loads(out.stdout.strip().splitlines()[-1])["median_ms"]
+def step_worker(args):
+    """One implementation's steps in this process: prints {"cpu_ms": [...], "wall_ms": [...]} of every step after
+    --warmup (process CPU time, all its threads, and wall time)."""
+    if args.impl == "original":
+        times = original_worker(args)
+    elif args.impl == "hf":
+        times = hf_worker(args)
+    else:
+        times = train_gpu_worker(args)
+    times = times[args.warmup:]
+    if len(times) != args.steps:
+        raise SystemExit(f"{args.impl}: {len(times)} timed steps, expected {args.steps}")
+    print(json.dumps({"cpu_ms": [1000 * cpu for cpu, _ in times], "wall_ms": [1000 * wall for _, wall in times]}))
 
 
-def ours_step(records, shape, init, jit_compile, steps, args):
-    """Median ms/step of train_gpu's own log (the tokens/s of each step after the warm-up)."""
+def original_worker(args):
+    """../shared/tools/original_train_step.py run in this process, its clock read both ways: it times each
+    Session.run between two time.perf_counter() calls, which here also read the process's CPU time."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("original_train_step",
+                                                  os.path.join(SHARED, "tools", "original_train_step.py"))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    readings = []
+
+    def perf_counter():
+        readings.append((time.process_time(), time.perf_counter()))
+        return readings[-1][1]
+
+    tool.time = types.SimpleNamespace(perf_counter=perf_counter)
+    flags = [f"--{key}={value}" for key, value in {**STEP_SHAPES[args.shape], **STEP_RECORDS}.items()]
+    sys.argv = ["original_train_step.py", *flags, f"--steps={args.warmup + args.steps}", "--warmup=0",
+                f"--save_init={args.init}", f"--model_dir={tempfile.mkdtemp()}"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        tool.main()
+    return [(end[0] - start[0], end[1] - start[1]) for start, end in zip(readings[0::2], readings[1::2])]
+
+
+def train_gpu_worker(args):
+    """`python -m xlnet_data.train_gpu` on records, as the CLI runs it (--iterations=1: every step is logged),
+    in this process: a step's time is the time between its log line and the one before (its first step from
+    the start of the loop is not timed)."""
+    import logging
+
+    from xlnet_data import train_gpu
+    readings = []
+
+    class StepClock(logging.Handler):
+        def emit(self, record):
+            if record.getMessage().startswith("step "):
+                readings.append((time.process_time(), time.perf_counter()))
+
+    logging.getLogger("xlnet_data").addHandler(StepClock())
     model_dir = tempfile.mkdtemp()
-    flags = {key: value for key, value in STEP_SHAPES[shape].items() if key != "n_token"}  # n_token: the records'
+    flags = {key: value for key, value in STEP_SHAPES[args.shape].items() if key != "n_token"}  # n_token: the records'
+    sys.argv = ["train_gpu", f"--record_info_dir={args.records}", f"--model_dir={model_dir}",
+                f"--init_checkpoint={args.init}", "--strategy=one_device", "--ff_activation=gelu", "--untie_r",
+                *[f"--{key}={value}" for key, value in flags.items()], f"--jit_compile={args.jit_compile}",
+                f"--train_steps={args.warmup + args.steps + 1}", "--iterations=1", f"--save_steps={10 ** 9}",
+                "--max_save=1", *args.extra]
     try:
-        result = pinned(["-m", "xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}",
-                         f"--init_checkpoint={init}", "--strategy=one_device", "--ff_activation=gelu", "--untie_r",
-                         *[f"--{key}={value}" for key, value in flags.items()], f"--jit_compile={jit_compile}",
-                         f"--train_steps={args.warmup + steps}", "--iterations=1", f"--save_steps={10 ** 9}",
-                         "--max_save=1"])
+        train_gpu.run()
+    except SystemExit as stop:
+        if stop.code:
+            raise
     finally:
         shutil.rmtree(model_dir, ignore_errors=True)
-    tokens_per_s = [float(v) for v in re.findall(r"\| (\d+) tok/s", result.stderr)][args.warmup:]
-    if len(tokens_per_s) != steps:
-        raise SystemExit(f"train_gpu logged {len(tokens_per_s)} timed steps, expected {steps}:\n"
-                         f"{result.stderr[-2000:]}")
-    tokens = STEP_RECORDS["bsz"] * STEP_RECORDS["seq_len"]
-    return statistics.median(1000 * tokens / value for value in tokens_per_s)
+    return [(end[0] - start[0], end[1] - start[1]) for start, end in zip(readings, readings[1:])]
+
+
+def hf_worker(args):
+    """Hugging Face transformers' XLNetLMHeadModel (PyTorch, one thread) trained as the original trains: the
+    same shape and features (perm_mask, target_mapping, token types, labels; bi_data, "bi" attention, the
+    memories carried), dropout 0, the original's GELU (gelu_new), global-norm clipping to 1 and Adam."""
+    import torch
+    import transformers
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    shape = STEP_SHAPES[args.shape]
+    config = transformers.XLNetConfig(
+        vocab_size=shape["n_token"], d_model=shape["d_model"], n_layer=shape["n_layer"], n_head=shape["n_head"],
+        d_inner=shape["d_inner"], ff_activation="gelu_new", untie_r=True, attn_type="bi", bi_data=True,
+        mem_len=shape["mem_len"], reuse_len=STEP_RECORDS["reuse_len"], dropout=0.0, use_mems_train=True,
+        initializer_range=0.02)
+    model = transformers.XLNetLMHeadModel(config).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, eps=1e-8)
+    features = synthetic_features(STEP_RECORDS["bsz"], STEP_RECORDS["seq_len"], STEP_RECORDS["num_predict"],
+                                  shape["n_token"], 0)
+    inputs = dict(input_ids=torch.from_numpy(features["input_k"]).long(),
+                  token_type_ids=torch.from_numpy(features["seg_id"]).long(),
+                  perm_mask=torch.from_numpy(features["perm_mask"]),
+                  target_mapping=torch.from_numpy(features["target_mapping"]),
+                  labels=torch.from_numpy(features["target"]).long())
+    mems, times = None, []
+    for _ in range(args.warmup + args.steps):
+        cpu, wall = time.process_time(), time.perf_counter()
+        out = model(**inputs, mems=mems, use_mems=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        mems = out.mems
+        float(out.loss)
+        times.append((time.process_time() - cpu, time.perf_counter() - wall))
+    return times
+
+
+def machine_line(extra_env: dict) -> str:
+    """The CPU, TensorFlow's and PyTorch's builds, the load: so that figures of different machines are not mixed."""
+    code = ("import json, tensorflow as tf\n"
+            "from tensorflow.python.util import _pywrap_util_port as port\n"
+            "build = tf.sysconfig.get_build_info()\n"
+            "print(json.dumps([tf.__version__, port.IsMklEnabled(), build.get('cpu_compiler', '')]))")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **extra_env}
+    version, onednn, compiler = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                                          text=True, check=True).stdout.strip().splitlines()[-1])
+    try:
+        torch_line = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__, "
+                                     "torch.backends.mkldnn.is_available(), torch.backends.mkl.is_available())"],
+                                    capture_output=True, text=True, check=True).stdout.split()
+        torch_line = f"PyTorch {torch_line[0]} (oneDNN {torch_line[1]}, MKL {torch_line[2]})"
+    except (subprocess.CalledProcessError, IndexError):
+        torch_line = "PyTorch not installed"
+    with open("/proc/cpuinfo") as fp:
+        model = next((line.split(":", 1)[1].strip() for line in fp if line.startswith("model name")), "unknown CPU")
+    flags = open("/proc/cpuinfo").read()
+    features = [name for name in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f" {name}" in flags]
+    opts = env.get("TF_ENABLE_ONEDNN_OPTS", "unset")
+    return (f"CPU: {model} ({os.cpu_count()} cores; {', '.join(features)}); TensorFlow {version} (oneDNN ops "
+            f"{'on' if onednn else 'off'}, TF_ENABLE_ONEDNN_OPTS={opts}{'; ' + compiler if compiler else ''}); {torch_line}; "
+            f"load average "
+            f"{' '.join(f'{value:.2f}' for value in os.getloadavg())}")
 
 
 def bench_step(args):
     os.makedirs(args.work_dir, exist_ok=True)
-    variants = args.jit_compile.split(",")
+    print(machine_line(dict(item.split("=", 1) for item in args.env)), flush=True)
     for shape in args.shapes.split(","):
         records = (os.path.join(SHARED, "golden", "g1_blog", "expected") if shape == "issue"
                    else demo_records(args.work_dir))
         init = os.path.join(args.work_dir, f"init_{shape}", "model.ckpt")
-        runs = {"original": lambda steps, shape=shape, init=init: original_step(args.original, shape, init, steps,
-                                                                                 args)}
-        for v in variants:
-            runs[f"train_gpu --jit_compile={v}"] = (
-                lambda steps, v=v, shape=shape, init=init, records=records: ours_step(records, shape, init, v, steps,
-                                                                                      args))
-        wall = {key: [] for key in runs}
+        common = [os.path.abspath(__file__), "_step_worker", f"--shape={shape}", f"--init={init}",
+                  f"--steps={args.steps}", f"--warmup={args.warmup}"]
+        runs = {"original": [*common, "--impl=original"]}  # first: it writes the initial weights
+        for v in args.jit_compile.split(","):
+            runs[f"train_gpu --jit_compile={v}"] = [*common, "--impl=train_gpu", f"--records={records}",
+                                                     f"--jit_compile={v}"]
+        if args.hf:
+            runs["Hugging Face XLNetLMHeadModel"] = [*common, "--impl=hf"]
+        cpu, wall = {key: [] for key in runs}, {key: [] for key in runs}
         for round_ in range(args.rounds):
-            for key, run in runs.items():
-                wall[key].append(run(args.steps))
-            print(f"{shape} round {round_ + 1}: " + ", ".join(f"{key} {wall[key][-1]:.1f} ms" for key in runs),
-                  flush=True)
-        base = statistics.median(wall["original"])
-        print(f"\n{shape} shape, ms/step, median (min-max) over {args.rounds} rounds of each run's median of "
-              f"{args.steps} steps, one core:")
-        for key, values in wall.items():
-            print(f"  {key:32s} {spread(values):>24s}   {statistics.median(values) / base:.2f}x the original")
+            for key, command in runs.items():
+                env = {"XLNET_REF": args.original, **dict(item.split("=", 1) for item in args.env)}
+                if key == "original":
+                    env.update(item.split("=", 1) for item in args.original_env)
+                out = json.loads(pinned(command, env=env).stdout.strip().splitlines()[-1])
+                cpu[key].append(statistics.median(out["cpu_ms"]))
+                wall[key].append(statistics.median(out["wall_ms"]))
+            print(f"{shape} round {round_ + 1}: " + ", ".join(f"{key} {cpu[key][-1]:.1f} CPU ms ({wall[key][-1]:.1f})"
+                                                              for key in runs), flush=True)
+        yardsticks = [key for key in runs if not key.startswith("train_gpu")]
+        print(f"\n{shape} shape, ms per step: median (min-max) over {args.rounds} rounds of each run's median of "
+              f"{args.steps} steps after {args.warmup}, one core; CPU time, then wall time; load average now "
+              f"{' '.join(f'{value:.2f}' for value in os.getloadavg())}:")
+        for key in runs:
+            ratios = "  ".join(f"{statistics.median(cpu[key]) / statistics.median(cpu[base]):.2f}x {base.split()[0]}"
+                               for base in yardsticks if base != key)
+            print(f"  {key:32s} CPU {spread(cpu[key]):>24s}  wall {spread(wall[key]):>24s}  {ratios}")
+        for key in runs:
+            if key.startswith("train_gpu"):
+                for base in yardsticks:
+                    per_round = ", ".join(f"{ours / theirs:.3f}" for ours, theirs in zip(cpu[key], cpu[base]))
+                    print(f"  {key} / {base}, CPU time per round: {per_round}")
         print(flush=True)
 
 
@@ -382,7 +511,13 @@ def main():
     step.add_argument("--shapes", default="issue,demo", help="comma-separated: issue, demo")
     step.add_argument("--steps", type=int, default=20, help="timed steps per run")
     step.add_argument("--warmup", type=int, default=5, help="untimed steps first")
-    step.add_argument("--jit_compile", default="off,on", help="train_gpu --jit_compile values to run, comma-separated")
+    step.add_argument("--jit_compile", default="off", help="train_gpu --jit_compile values to run, comma-separated")
+    step.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                      help="an environment variable for every run (e.g. TF_ENABLE_ONEDNN_OPTS=0, ONEDNN_MAX_CPU_ISA=AVX2)")
+    step.add_argument("--original_env", action="append", default=[], metavar="KEY=VALUE",
+                      help="an environment variable for the original's runs only (after --env)")
+    step.add_argument("--hf", default=True, action=argparse.BooleanOptionalAction,
+                      help="run Hugging Face's XLNetLMHeadModel (PyTorch) as a yardstick too")
     inp = modes.choices["input"]
     inp.add_argument("--seq_lens", default="128,512")
     inp.add_argument("--batches", type=int, default=400, help="timed batches at seq_len 128 (fewer at 512)")
@@ -393,8 +528,18 @@ def main():
     worker.add_argument("--seq_len", type=int)
     worker.add_argument("--batches", type=int)
     worker.add_argument("--warmup", type=int)
+    step_worker_mode = modes.add_parser("_step_worker")
+    step_worker_mode.add_argument("--impl", choices=["original", "train_gpu", "hf"])
+    step_worker_mode.add_argument("--shape", choices=list(STEP_SHAPES))
+    step_worker_mode.add_argument("--init", help="the initial weights (the original writes them, train_gpu reads them)")
+    step_worker_mode.add_argument("--records")
+    step_worker_mode.add_argument("--jit_compile", default="off")
+    step_worker_mode.add_argument("--steps", type=int)
+    step_worker_mode.add_argument("--warmup", type=int)
+    step_worker_mode.add_argument("extra", nargs="*", help="more train_gpu flags")
     args = parser.parse_args()
-    {"gpu": bench_gpu, "step": bench_step, "input": bench_input, "_input_worker": input_worker}[args.mode](args)
+    {"gpu": bench_gpu, "step": bench_step, "input": bench_input, "_input_worker": input_worker,
+     "_step_worker": step_worker}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -472,6 +472,24 @@ def test_a_mixed_run_feeds_each_sources_memory_only_from_that_source(records, sm
         np.testing.assert_allclose(source.mems[0].numpy(), want, atol=1e-6, err_msg=source.name)
 
 
+def test_one_cpu_device_reads_the_batches_the_distributed_iterator_gives(small_records, tmp_path):
+    """On one CPU device the loop reads its dataset with a plain iterator (a distributed one slowed every step of
+    TensorFlow's Eigen kernels 2x): the batches must be the distributed iterator's (the CLI tests train on them)."""
+    cfg = dataclasses.replace(tiny_config(small_records, tmp_path), seed=3)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+
+    def dataset_fn(context):
+        return T.replica_batches(cfg.record_info_dir, cfg, 1, start_step=2, input_context=context)
+
+    plain, distributed = T._batch_iterator(strategy, dataset_fn), iter(strategy.distribute_datasets_from_function(dataset_fn))
+    assert not isinstance(plain, tf.distribute.DistributedIterator)
+    for _ in range(2):
+        ours, theirs = next(plain), next(distributed)
+        assert set(ours) == set(theirs)
+        for key, value in theirs.items():
+            np.testing.assert_array_equal(ours[key].numpy(), value.numpy(), err_msg=key)
+
+
 # ----- the benchmark ------------------------------------------------------------------------------
 
 def test_benchmark_runs_small_on_cpu():

@@ -650,6 +650,17 @@ def _check_workers_start_alike(strategy: tf.distribute.Strategy, step: int, mode
                           "or gs://)")
 
 
+def _batch_iterator(strategy: tf.distribute.Strategy, dataset_fn):
+    """The replicas' batches of dataset_fn(input context). On one CPU device, a plain iterator of its dataset: the
+    same batches, but a distributed dataset's iterator, even over one CPU and even unread, doubled the CPU time of
+    every step run by TensorFlow's Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0, TensorFlow's default on CPUs without
+    AVX512_VNNI: BENCHMARKS.md)."""
+    device = strategy.extended.worker_devices[0]
+    if isinstance(strategy, tf.distribute.OneDeviceStrategy) and tf.DeviceSpec.from_string(device).device_type == "CPU":
+        return iter(dataset_fn(tf.distribute.InputContext()))
+    return iter(strategy.distribute_datasets_from_function(dataset_fn))
+
+
 def _open_sources(cfg: TrainConfig, trainer: Trainer, step: int, permutation: Optional[PermutationFn],
                   resumed: ResumedState):
     """The sources, each positioned where this run starts in its own stream (and with its memories, when
@@ -666,7 +677,7 @@ def _open_sources(cfg: TrainConfig, trainer: Trainer, step: int, permutation: Op
         def dataset_fn(context, name=name, start=int(start), feed=feed):
             return replica_batches(name, cfg, replicas, start_step=start, permutation=permutation,
                                    input_context=context, feed=feed)
-        batches = iter(trainer.strategy.distribute_datasets_from_function(dataset_fn))
+        batches = _batch_iterator(trainer.strategy, dataset_fn)
         saved_mems = resumed.mems[i] if resumed.mems else None
         mems = trainer.distribute_mems(saved_mems) if saved_mems else trainer.initial_mems()
         sources.append(Source(name, batches, mems, position=int(start), feed=feed))
