@@ -17,6 +17,7 @@ import sys
 from absl import flags
 
 from xlnet_data import cli
+from xlnet_data.datagen import provenance
 from xlnet_data.datagen.config import ConfigError
 
 FLAGS = flags.FLAGS
@@ -74,7 +75,11 @@ def config_from_flags():
     if os.path.isfile(run_config):
         run = RunConfig.from_json(run_config)
         with open(run_config) as fp:
-            uncased = bool(json.load(fp).get("uncased", False))
+            trained = json.load(fp)
+        uncased = bool(trained.get("uncased", False))
+        if trained.get("sp_model_sha256") and provenance.sha256_of(FLAGS.sp_path) not in trained["sp_model_sha256"]:
+            raise ConfigError(f"--sp_path={FLAGS.sp_path} is not the SentencePiece model of the records the model was "
+                              f"trained on ({run_config} records its sha256): pass that model")
     run = dataclasses.replace(run, **{name: FLAGS[name].value for name in _RUN_FLAGS if FLAGS[name].present})
     if FLAGS["uncased"].present:
         uncased = FLAGS.uncased

@@ -2,13 +2,14 @@
 
 import dataclasses
 import logging
+import os
 from collections.abc import Sequence
 from typing import Optional
 
-from xlnet_data.common import run_lock
+from xlnet_data.common import fileio, run_lock, save_dir
 from xlnet_data.datagen import token_cache
 from xlnet_data.datagen.config import CreateConfig
-from xlnet_data.datagen.plan import make_plan, prepare_save_dir
+from xlnet_data.datagen.plan import CreateError, make_plan, prepare_save_dir
 from xlnet_data.datagen.units import UnitResult
 
 
@@ -25,11 +26,16 @@ class CreateSummary:
     def total(self, field: str, written_only: bool = True) -> int:
         return sum(getattr(r, field) for r in (self.written if written_only else self.units))
 
+    def per_input(self, field: str) -> int:
+        """A count about the input files (invalid_utf8_lines, skipped_files), over the tasks: every pass of a
+        task reads the same files, so each task counts once."""
+        return sum({r.unit.task: getattr(r, field) for r in self.units}.values())
+
     def line(self, seconds: float) -> str:
         return (f"done: {len(self.written)} unit(s), {self.total('tokens')} tokens, {self.total('records')} records "
                 f"in {self.total('num_batch')} batches, {self.total('dropped_tokens')} tail tokens dropped, "
-                f"{self.total('invalid_utf8_lines', False)} invalid UTF-8 lines replaced, "
-                f"{self.total('skipped_files', False)} files without tokens skipped, {seconds:.1f} s")
+                f"{self.per_input('invalid_utf8_lines')} invalid UTF-8 lines replaced, "
+                f"{self.per_input('skipped_files')} files without tokens skipped, {seconds:.1f} s")
 
 
 def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers: Optional[int] = None,
@@ -53,7 +59,7 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
     with run_lock.hold(config.save_dir):
         plan = make_plan(config, overwrite)  # again: another run may have ended meanwhile
         run_lock.remove_stale_temporaries(config.save_dir)
-        prepare_save_dir(config, plan)
+        prepare_save_dir(config, plan, overwrite)
         try:
             if beam_args is not None:
                 from xlnet_data.datagen.beam_runner import run_beam
@@ -68,7 +74,18 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
             raise
         if not keep_cache:  # each task's encoded files, read by all its passes (see token_cache)
             token_cache.remove(config)
+        if results and not any(r.tokens for r in results):
+            _remove_corpus_info_without_units(config)
+            raise CreateError(f"the corpus is empty: the files of --input_glob={config.input_glob} hold no token "
+                              "(only blank lines, without --use_eod); nothing written")
     return CreateSummary(tuple(results))
+
+
+def _remove_corpus_info_without_units(config):
+    """An empty corpus leaves no corpus_info.json that names no unit (a reader would take it for a save_dir)."""
+    info_path = save_dir.corpus_info_path(config.save_dir)
+    if fileio.exists(info_path) and not save_dir.record_info_paths(os.path.join(config.save_dir, save_dir.TFRECORDS)):
+        fileio.remove(info_path)
 
 
 def _check_before_locking(config, overwrite):
