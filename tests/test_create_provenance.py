@@ -5,7 +5,6 @@ left and, where the run can be repeated, that its records equal an uninterrupted
 Most runs are in-process (create_records, one worker); a few go through the command for the exit status."""
 
 import json
-import os
 import shutil
 
 import pytest

@@ -127,7 +127,7 @@ def unreadable(path: str) -> Optional[str]:
         reader = tf.train.load_checkpoint(path)
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)
-    except (tf.errors.OpError, ValueError, OSError) as err:
+    except (tf.errors.OpError, ValueError, OSError, IndexError) as err:  # IndexError: a .data file cut short
         return _reason(err)
     return None
 
