@@ -2,6 +2,7 @@
 checkpoint is passed over for the newest readable one, a better checkpoint is not rotated out unsaid, and every
 flag is checked before any work. In-process where the exit status is not the point."""
 
+import json
 import logging
 import os
 
@@ -29,7 +30,8 @@ def _files(model_dir):
     return sorted(os.listdir(model_dir))
 
 
-def test_a_non_finite_loss_stops_training_naming_the_step_without_a_checkpoint_of_it(small_records, tmp_path):
+def test_a_non_finite_loss_stops_training_naming_the_step_without_a_checkpoint_of_it(small_records, sample_spm,
+                                                                                    tmp_path):
     cfg = tiny_config(small_records, tmp_path / "m", learning_rate=1e30, warmup_steps=0, train_steps=10,
                       save_steps=1, iterations=1)
     with pytest.raises(T.DivergedError) as stopped:
@@ -41,6 +43,19 @@ def test_a_non_finite_loss_stops_training_naming_the_step_without_a_checkpoint_o
                             "and run again")
     assert [name for name in _files(tmp_path / "m") if name.startswith("model.ckpt")] == [
         "model.ckpt-1.data-00000-of-00001", "model.ckpt-1.index"]
+
+    # The records' model is in run_config.json: export_hf refuses to ship another tokenizer.
+    from xlnet_data.datagen import provenance, tokenizer
+    run_config = tmp_path / "m" / "run_config.json"
+    assert json.loads(run_config.read_text())["sp_model_sha256"] == [provenance.sha256_of(sample_spm)]
+    other = tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(
+        input_files=(str(SAMPLE_CORPUS / "austen_emma.txt"),), model_prefix=str(tmp_path / "other"), vocab_size=1000,
+        num_threads=2))
+    line = _one_line(run_module("xlnet_data.export_hf", f"--model_dir={tmp_path / 'm'}", f"--sp_path={other}",
+                                f"--output_dir={tmp_path / 'hf'}"), "export_hf", 2)
+    assert line == (f"export_hf: error: --sp_path={other} is not the SentencePiece model of the records the model was "
+                    f"trained on ({run_config} records its sha256): pass that model")
+    assert not (tmp_path / "hf").exists()
 
 
 def test_max_loss_stops_a_diverging_run_through_the_command(small_records, tmp_path):

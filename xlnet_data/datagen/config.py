@@ -83,7 +83,7 @@ class CreateConfig:
 
     def validate(self) -> "CreateConfig":
         """Raises ConfigError with a one-line explanation for a combination the layout cannot use."""
-        for name in ("input_glob", "sp_path", "save_dir"):
+        for name in ("input_glob", "save_dir"):  # an empty sp_path: load_sentencepiece says so
             if not getattr(self, name).strip():
                 raise ConfigError(f"--{name} is empty: give a path")
         for name, most in LIMITS.items():

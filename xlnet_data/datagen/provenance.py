@@ -37,7 +37,7 @@ def sha256_of(path) -> str:
     return digest.hexdigest()
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=1 << 18)
 def _identity(path, size, mtime_ns):
     """Cached per (path, size, mtime): make_plan runs twice per run (before and under the save_dir lock)."""
     identity = {"path": path, "size": size, "mtime_ns": mtime_ns}
