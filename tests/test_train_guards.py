@@ -128,7 +128,7 @@ def test_a_training_flag_out_of_range_is_one_line_before_any_work(small_records,
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(learning_rate=float("nan")), "--learning_rate=nan must be a positive number"),
+    (dict(learning_rate=float("nan")), "--learning_rate=nan must be a number >= 0"),
     (dict(clip=float("inf")), "--clip=inf must be a positive number"),
     (dict(min_lr_ratio=2.0), "--min_lr_ratio=2.0 must be in [0, 1]"),
     (dict(max_loss=-1.0), "--max_loss=-1.0 must be a positive number"),

@@ -99,7 +99,7 @@ class TrainConfig:
         need(self.warmup_steps >= 0, f"--warmup_steps={self.warmup_steps} must not be negative")
         # Comparisons that NaN fails as well as a value out of range.
         need(0 < self.clip < math.inf, f"--clip={self.clip} must be a positive number")
-        need(0 < self.learning_rate < math.inf, f"--learning_rate={self.learning_rate} must be a positive number")
+        need(0 <= self.learning_rate < math.inf, f"--learning_rate={self.learning_rate} must be a number >= 0")
         need(0 <= self.min_lr_ratio <= 1, f"--min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         need(0 < self.adam_epsilon < math.inf, f"--adam_epsilon={self.adam_epsilon} must be a positive number")
         need(0 <= self.weight_decay < math.inf, f"--weight_decay={self.weight_decay} must be a number >= 0")
