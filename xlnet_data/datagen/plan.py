@@ -8,7 +8,8 @@ import dataclasses
 import logging
 import os
 
-from xlnet_data.common import fileio, save_dir
+from xlnet_data.common import fileio, save_dir, validation
+from xlnet_data.common.records import RecordError
 from xlnet_data.common.vocab import load_sentencepiece
 from xlnet_data.datagen import corpus, provenance, token_cache, units
 from xlnet_data.datagen.config import CreateConfig
@@ -63,7 +64,14 @@ def unit_is_complete(config, unit):
         raise CreateError(f"{info_path} was written with other flags; use another --save_dir, or --overwrite")
     if not fileio.exists(record_path):
         return False
-    cut = provenance.records_cut_short(record_path, info.get(provenance.MADE_FROM))
+    made_from = info.get(provenance.MADE_FROM)
+    cut = provenance.records_cut_short(record_path, made_from)
+    if made_from is None:  # an older create's record_info, without the size: count the records' frames
+        try:
+            validation.check_unit(info_path, validation.read_num_batch(info_path, info), [record_path],
+                                  config.bsz_per_host)
+        except (RecordError, save_dir.SaveDirError) as err:
+            cut = str(err)
     if cut:
         log.warning("task %d pass %d is redone: %s", unit.task, unit.pass_id, cut)
         return False
