@@ -55,7 +55,9 @@ def define_flags():
                       "Read input files that look binary (a NUL byte, or mostly invalid UTF-8) as text instead of "
                       "refusing them. gzip, bzip2 and xz files are always read decompressed.")
     flags.DEFINE_bool("overwrite", False,
-                      "Redo units that are already complete, and accept a save_dir written with other flags.")
+                      "Remove every unit of the earlier run in save_dir (except, with --task, the other tasks' units "
+                      "of the same flags) and make it again: for a save_dir written with other flags or from inputs "
+                      "that changed since, which is refused without it.")
     flags.DEFINE_bool("keep_cache", False,
                       "Keep save_dir/token_cache (each task's encoded files, read by all its passes) after the run "
                       "completes; by default it is deleted then. A run stopped early always keeps it for the re-run.")

@@ -43,7 +43,7 @@ import numpy as np
 from xlnet_data.common import save_dir, validation
 from xlnet_data.common import vocab as _vocab
 from xlnet_data.common.records import RecordError, parse_example, read_records
-from xlnet_data.datagen import generated
+from xlnet_data.datagen import generated, provenance
 from xlnet_data.datagen.inspection import (
     SETTING_KEYS,
     InspectionError,
@@ -185,6 +185,8 @@ def _dump(paths, FLAGS, out, err):
         if not files:
             raise InspectionError(f"no records file of --task={FLAGS.task} --pass_id={FLAGS.pass_id} in {paths}")
         validation.check_record_files(files)  # each file holds the records its record_info lists
+    model_sha256 = {validation.check_units_agree(folder)  # one run's units (data flags, SentencePiece model)
+                    for folder in sorted({os.path.dirname(os.path.abspath(path)) for path in files})} - {None}
     overrides = {k: getattr(FLAGS, k) for k in SETTING_KEYS if k != "num_predict"}
     settings, sources, info, info_path, warnings = resolve_settings(
         files, candidates, overrides, corpus_info_path=FLAGS.corpus_info)
@@ -204,6 +206,10 @@ def _dump(paths, FLAGS, out, err):
             try:
                 sp = _vocab.load_sentencepiece(found)
                 sp_where = found
+                if model_sha256 and provenance.sha256_of(found) not in model_sha256:
+                    raise InspectionError(f"{found} (corpus_info.json's sp_path) is not the SentencePiece model the "
+                                          "records were made with (it changed since): pass that model's "
+                                          "--sp_path, or make the records again")
             except _vocab.VocabError as error:
                 warnings.append(f"{error}; showing ids (pass --sp_path)")
         else:

@@ -19,6 +19,7 @@ import sys
 from absl import flags
 
 from xlnet_data import cli
+from xlnet_data.datagen import provenance
 from xlnet_data.datagen.config import ConfigError
 
 FLAGS = flags.FLAGS
@@ -81,6 +82,9 @@ def config_from_flags():
         run = RunConfig.from_json(run_config)
         with open(run_config) as fp:
             recorded = json.load(fp)
+        if recorded.get("sp_model_sha256") and provenance.sha256_of(FLAGS.sp_path) not in recorded["sp_model_sha256"]:
+            raise ConfigError(f"--sp_path={FLAGS.sp_path} is not the SentencePiece model of the records the model was "
+                              f"trained on ({run_config} records its sha256): pass that model")
     run = dataclasses.replace(run, **{name: FLAGS[name].value for name in _RUN_FLAGS if FLAGS[name].present})
     return hf.ExportConfig(checkpoint=checkpoint, model=XLNetConfig.from_json(xlnet_config), run=run,
                            sp_path=FLAGS.sp_path, output_dir=FLAGS.output_dir, overwrite=FLAGS.overwrite,

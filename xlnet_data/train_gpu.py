@@ -52,6 +52,8 @@ def define_flags():
     flags.DEFINE_integer("iterations", 1000, "Log (and write summaries) every this many steps.")
     flags.DEFINE_integer("save_steps", None, "Checkpoint every this many steps (and always at the end).")
     flags.DEFINE_integer("max_save", 5, "Checkpoints kept.")
+    flags.DEFINE_float("max_loss", None, "Stop (without a checkpoint of it) when a step's loss is above this: a "
+                       "diverging run. A non-finite loss always stops the run.")
     flags.DEFINE_float("mix_sampling_factor", None, "With several record dirs: each step reads one, with probability "
                        "proportional to its tokens ** factor (1: by size, 0: uniform); each keeps its own memory.")
     flags.DEFINE_integer("seed", 0, "Seeds the initialisation, the factorization orders and the source draws.")
@@ -116,6 +118,7 @@ def find_record_dirs(record_info_dir: str):
         tfrecords = save_dir.tfrecords_dir(given)
         if not save_dir.record_info_paths(tfrecords):
             raise ConfigError(f"--record_info_dir: no records (record_info-*.json) in {os.path.abspath(tfrecords)}")
+        validation.check_units_agree(tfrecords)
         corpus_info = save_dir.find_corpus_info(tfrecords)
         if corpus_info:
             validation.check_corpus_info(corpus_info, save_dir.read_json(corpus_info), tfrecords)

@@ -4,6 +4,7 @@
                         and against the first records (their length, their ids against vocab_size)
     check_unit          a record_info's num_batch x bsz_per_host against the records its files hold
     check_record_files  check_unit for every records file that has a record_info beside it
+    check_units_agree   the record_infos of a folder were made by one run (data flags, SentencePiece model)
 
 Each contradiction is a SaveDirError (or a RecordError naming the file, the record and the byte)
 whose one line names the file and the field. The checks are cheap (the record frames are walked,
@@ -167,3 +168,34 @@ def check_record_files(paths: list[str]) -> None:
         checked.add(info_path)
         unit = save_dir.read_json(info_path)
         check_unit(info_path, read_num_batch(info_path, unit), save_dir.record_files(info_path, unit))
+
+
+def check_units_agree(tfrecords_dir: str) -> Optional[str]:
+    """Every record_info of a tfrecords/ folder names the same data flags (`create_settings`) and the same
+    SentencePiece model (`made_from`'s model_sha256, see datagen/provenance.py): units of two runs of create
+    would be read as one corpus. SaveDirError names two that differ. Returns the model's sha256, or None
+    where no record_info records it (an older create)."""
+    first: dict = {}
+    for info_path in save_dir.record_info_paths(tfrecords_dir):
+        unit = save_dir.read_json(info_path)
+        settings = unit.get("create_settings")
+        if isinstance(settings, dict):  # a unit written before a setting existed has its old meaning
+            settings = {**ABSENT_MEANS, **settings}
+        facts = {"create_settings": settings,
+                 "model_sha256": (unit.get("made_from") or {}).get("model_sha256")}
+        for key, value in facts.items():
+            if value is None:
+                continue
+            if key not in first:
+                first[key] = (value, info_path)
+                continue
+            theirs, where = first[key]
+            if value != theirs:
+                if key == "create_settings":
+                    what = "; ".join(f"{name}={theirs.get(name)!r} there, {value.get(name)!r} here"
+                                     for name in sorted(set(theirs) | set(value)) if theirs.get(name) != value.get(name))
+                else:
+                    what = "another SentencePiece model (sha256 of sp_path)"
+                raise SaveDirError(f"{info_path} and {where} were made by different runs of create ({what}); a "
+                                   "save_dir must hold one run's units: make it again with create --overwrite")
+    return first.get("model_sha256", (None,))[0]

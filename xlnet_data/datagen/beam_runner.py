@@ -89,7 +89,7 @@ def _encode_task_fn(beam, config, plan):
     return EncodeTask()
 
 
-def _run_unit_fn(beam, config):
+def _run_unit_fn(beam, config, plan):
     """A DoFn running one (unit, cache key) element; the SentencePiece model is loaded once per worker."""
     from apache_beam.metrics import Metrics
 
@@ -99,7 +99,7 @@ def _run_unit_fn(beam, config):
 
         def process(self, element):
             unit, key = element
-            result = units.run_unit(config, unit, key, self.sp)
+            result = units.run_unit(config, unit, key, self.sp, made_from=plan.made_from.get(unit.task))
             if result.skipped:
                 log.warning("task %d pass %d: %s", unit.task, unit.pass_id, result.skipped)
             for field in units.COUNTS:
@@ -147,7 +147,7 @@ def run_beam(config: CreateConfig, plan: Plan, beam_args):
          | "SpreadTasks" >> beam.Reshuffle()  # no fusion with Create: the tasks go to different workers
          | "EncodeTask" >> beam.ParDo(_encode_task_fn(beam, config, plan))
          | "Spread" >> beam.Reshuffle()  # nor with the encode stage: a task's passes go to different workers
-         | "RunUnit" >> beam.ParDo(_run_unit_fn(beam, config)))
+         | "RunUnit" >> beam.ParDo(_run_unit_fn(beam, config, plan)))
     try:
         outcome = p.run()
         outcome.wait_until_finish()

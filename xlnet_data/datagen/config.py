@@ -10,6 +10,13 @@ SPLITS = ("train", "dev", "test")
 SPAN_UNITS = ("piece", "word")
 
 
+# Upper bounds that keep the compiled loop's arithmetic within int64 and a batch's buffers within memory;
+# far above any model's (the original's defaults: seq_len 512, bsz_per_host 32, mask_alpha 6).
+LIMITS = {"bsz_per_host": 1 << 16, "num_core_per_host": 1 << 12, "seq_len": 1 << 16, "reuse_len": 1 << 16,
+          "mask_alpha": 1 << 20, "mask_beta": 1 << 20, "num_task": 1 << 20, "num_predict": 1 << 16}
+MAX_BATCH_TOKENS = 1 << 24
+
+
 class ConfigError(ValueError):
     """A flag value or combination that cannot produce valid records."""
 
@@ -78,17 +85,23 @@ class CreateConfig:
 
     def validate(self) -> "CreateConfig":
         """Raises ConfigError with a one-line explanation for a combination the layout cannot use."""
-        positive = ("bsz_per_host", "num_core_per_host", "seq_len", "reuse_len", "mask_alpha", "mask_beta",
-                    "num_task")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name}={getattr(self, name)} must be at least 1")
-        if self.num_predict < 0:
-            raise ConfigError(f"--num_predict={self.num_predict} must not be negative")
+        for name in ("input_glob", "save_dir"):  # an empty sp_path: load_sentencepiece says so
+            if not getattr(self, name).strip():
+                raise ConfigError(f"--{name} is empty: give a path")
+        for name, most in LIMITS.items():
+            value = getattr(self, name)
+            if not 1 <= value <= most:
+                raise ConfigError(f"--{name}={value} must be in [1, {most}]")
+        if self.bsz_per_host * self.seq_len > MAX_BATCH_TOKENS:
+            raise ConfigError(f"--bsz_per_host={self.bsz_per_host} x --seq_len={self.seq_len} is more than "
+                              f"{MAX_BATCH_TOKENS} tokens per batch")
         if self.pass_id < 0:
             raise ConfigError(f"--pass_id={self.pass_id} must not be negative")
-        if self.num_passes is not None and self.num_passes < 1:
-            raise ConfigError(f"--num_passes={self.num_passes} must be at least 1")
+        if self.num_passes is not None and not 1 <= self.num_passes <= 1 << 16:
+            raise ConfigError(f"--num_passes={self.num_passes} must be in [1, {1 << 16}]")
+        last_pass = self.pass_id if self.num_passes is None else self.num_passes - 1
+        if 100 * (self.num_task - 1) + last_pass >= 1 << 32:  # a unit's seed, 100 * task + pass, is a uint32
+            raise ConfigError(f"--pass_id={last_pass} is too large: 100 * task + pass must be below 2**32")
         if self.task is not None and not 0 <= self.task < self.num_task:
             raise ConfigError(f"--task={self.task} must be in [0, --num_task={self.num_task})")
         if self.split not in SPLITS:

@@ -2,13 +2,14 @@
 
 import dataclasses
 import logging
+import os
 from collections.abc import Sequence
 from typing import Optional
 
 from xlnet_data.common import fileio, run_lock, save_dir
 from xlnet_data.datagen import generated, token_cache
 from xlnet_data.datagen.config import CreateConfig
-from xlnet_data.datagen.plan import make_plan, prepare_save_dir
+from xlnet_data.datagen.plan import CreateError, make_plan, prepare_save_dir
 from xlnet_data.datagen.units import UnitResult
 
 
@@ -33,6 +34,11 @@ class CreateSummary:
             merged.update(result.input_counts)
         return merged
 
+    def per_input(self, field: str) -> int:
+        """A count about the input files (invalid_utf8_lines, skipped_files), over the tasks: every pass of a
+        task reads the same files, so each task counts once."""
+        return sum({r.unit.task: getattr(r, field) for r in self.units}.values())
+
     def line(self, seconds: float) -> str:
         counts = self.input_counts.values()
         unk, marks, arabic = (sum(c[key] for c in counts) for key in ("unk", "marks", "arabic_marks"))
@@ -41,8 +47,8 @@ class CreateSummary:
                     "file(s), " if lost else "")
         return (f"done: {len(self.written)} unit(s), {self.total('tokens')} tokens, {self.total('records')} records "
                 f"in {self.total('num_batch')} batches, {self.total('dropped_tokens')} tail tokens dropped, "
-                f"{self.total('invalid_utf8_lines', False)} invalid UTF-8 lines replaced, "
-                f"{self.total('skipped_files', False)} files without tokens skipped, {unk} <unk> read, {stripped}"
+                f"{self.per_input('invalid_utf8_lines')} invalid UTF-8 lines replaced, "
+                f"{self.per_input('skipped_files')} files without tokens skipped, {unk} <unk> read, {stripped}"
                 f"{seconds:.1f} s")
 
     def marks_warning(self) -> Optional[str]:
@@ -87,7 +93,7 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
     with run_lock.hold(config.save_dir):
         plan = make_plan(config, overwrite)  # again: another run may have ended meanwhile
         run_lock.remove_stale_temporaries(config.save_dir)
-        prepare_save_dir(config, plan)
+        prepare_save_dir(config, plan, overwrite)
         try:
             if beam_args is not None:
                 from xlnet_data.datagen.beam_runner import run_beam
@@ -104,6 +110,10 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
         # (--write_records=false) of the save_dir need them.
         if not keep_cache and config.write_records and not generated.find_cache_units(config.save_dir):
             token_cache.remove(config)
+        if results and not any(r.tokens for r in results):
+            _remove_corpus_info_without_units(config)
+            raise CreateError(f"the corpus is empty: the files of --input_glob={config.input_glob} hold no token "
+                              "(only blank lines, without --use_eod); nothing written")
         summary = CreateSummary(tuple(results))
         _record_input_counts(config, summary.input_counts)
     return summary
@@ -118,6 +128,13 @@ def _record_input_counts(config, counts):
     info = save_dir.read_json(path)
     info["input_counts"] = {**info.get("input_counts", {}), **counts}
     save_dir.write_json(path, info)
+
+
+def _remove_corpus_info_without_units(config):
+    """An empty corpus leaves no corpus_info.json that names no unit (a reader would take it for a save_dir)."""
+    info_path = save_dir.corpus_info_path(config.save_dir)
+    if fileio.exists(info_path) and not save_dir.record_info_paths(os.path.join(config.save_dir, save_dir.TFRECORDS)):
+        fileio.remove(info_path)
 
 
 def _check_before_locking(config, overwrite):

@@ -31,17 +31,17 @@ def _encode_task(config, task, files, key, encode_threads):
                                    on_progress=_report_progress)
 
 
-def _run_unit(config, unit, key):
+def _run_unit(config, unit, key, made_from):
     sp = load_sentencepiece(config.sp_path)
-    return units.run_unit(config, unit, key, sp, on_records=_report_records)
+    return units.run_unit(config, unit, key, sp, on_records=_report_records, made_from=made_from)
 
 
-def _encode_and_run_unit(config, unit, files, key, encode_threads):
+def _encode_and_run_unit(config, unit, files, key, made_from, encode_threads):
     """A task's only unit, from its files encoded in memory (no token cache: see token_cache.EncodedTask)."""
     sp = load_sentencepiece(config.sp_path)
     encoded = token_cache.encode_in_memory(config, unit.task, files, sp, encode_threads=encode_threads,
                                            on_progress=_report_progress)
-    return units.run_unit(config, unit, key, sp, on_records=_report_records, encoded=encoded)
+    return units.run_unit(config, unit, key, sp, on_records=_report_records, encoded=encoded, made_from=made_from)
 
 
 def run_local(config: CreateConfig, plan: Plan, num_workers=None, keep_cache=False):
@@ -60,10 +60,12 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None, keep_cache=Fal
     inputs = {task: (files, key) for task, files, key in encode_jobs}
     in_memory = set() if keep_cache or not config.write_records else {task for task, (_, key) in inputs.items()
                                           if units_of_task[task] == 1 and token_cache.read_index(config, task, key) is None}
-    single_jobs = [(config, unit, *inputs[unit.task], encode_threads) for unit, _ in todo if unit.task in in_memory]
+    single_jobs = [(config, unit, *inputs[unit.task], plan.made_from.get(unit.task), encode_threads)
+                   for unit, _ in todo if unit.task in in_memory]
     encode_jobs = [(config, task, files, key, encode_threads) for task, (files, key) in inputs.items()
                    if task not in in_memory]
-    unit_jobs = [(config, unit, plan.token_caches[unit.task]) for unit, _ in todo if unit.task not in in_memory]
+    unit_jobs = [(config, unit, plan.token_caches[unit.task], plan.made_from.get(unit.task))
+                 for unit, _ in todo if unit.task not in in_memory]
     progress = Progress(plan.input_bytes)
     counts = [0, 0, 0, 0]  # lines, tokens, records, bytes read
     done = []

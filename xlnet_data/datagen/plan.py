@@ -9,8 +9,9 @@ import logging
 import os
 
 from xlnet_data.common import fileio, save_dir, validation
+from xlnet_data.common.records import RecordError
 from xlnet_data.common.vocab import load_sentencepiece
-from xlnet_data.datagen import corpus, token_cache, tokenizer, units
+from xlnet_data.datagen import corpus, provenance, token_cache, tokenizer, units
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.corpus import InputError
 
@@ -27,6 +28,7 @@ class Plan:
     units: list[tuple[units.Unit, list[str]]]  # (unit, its files) still to run
     input_bytes: int
     token_caches: dict[int, str] = dataclasses.field(default_factory=dict)  # task -> its cache key, tasks to run
+    made_from: dict[int, dict] = dataclasses.field(default_factory=dict)  # task -> provenance.made_from, tasks to run
 
     def encode_jobs(self):
         """(task, files, cache key) of each task with units to run: the encode stage, before their passes."""
@@ -50,7 +52,8 @@ def _check_save_dir(config, info, overwrite):
 
 
 def unit_is_complete(config, unit):
-    """A unit is complete when its record_info exists (it is written last) and names the same settings."""
+    """A unit is complete when its record_info exists (it is written last), names the same settings, and its
+    records file has the size it records (one cut short is redone, with a warning)."""
     record_path, info_path = units.record_paths(config, unit)
     if not fileio.exists(info_path):
         return False
@@ -65,7 +68,61 @@ def unit_is_complete(config, unit):
         raise CreateError(f"{info_path} was written with other flags; use another --save_dir, or --overwrite")
     if units.TOKEN_CACHE in info:  # cache-backed: complete while its cache is there, and if no records are asked
         return not config.write_records and token_cache.referenced_cache_exists(config, info[units.TOKEN_CACHE])
-    return config.write_records and fileio.exists(record_path)
+    if not config.write_records or not fileio.exists(record_path):
+        return False
+    made_from = info.get(provenance.MADE_FROM)
+    cut = provenance.records_cut_short(record_path, made_from)
+    if made_from is None:  # an older create's record_info, without the size: count the records' frames
+        try:
+            validation.check_unit(info_path, validation.read_num_batch(info_path, info), [record_path],
+                                  config.bsz_per_host)
+        except (RecordError, save_dir.SaveDirError) as err:
+            cut = str(err)
+    if cut:
+        log.warning("task %d pass %d is redone: %s", unit.task, unit.pass_id, cut)
+        return False
+    return True
+
+
+def _flag_differences(settings, theirs):
+    return [f"--{key}={theirs.get(key)!r} there, {value!r} here" for key, value in settings.items()
+            if theirs.get(key) != value]
+
+
+def _check_units(config, paths, model_sha256):
+    """Every unit already in save_dir was made with this run's data flags, this model and the files as they
+    are now (provenance); CreateError names the first that was not."""
+    settings = units.record_settings(config)
+    folder = os.path.join(config.save_dir, save_dir.TFRECORDS)
+    for info_path, info in provenance.unit_files(folder):
+        theirs = info.get("create_settings")
+        if isinstance(theirs, dict):  # a unit written before a setting existed has its old meaning
+            theirs = {**validation.ABSENT_MEANS, **theirs}
+        if isinstance(theirs, dict) and theirs != settings:
+            raise CreateError(f"{config.save_dir} holds units made with other data flags ({info_path}: "
+                              f"{'; '.join(_flag_differences(settings, theirs))}); a save_dir holds one run's units: "
+                              "use another --save_dir, or --overwrite to replace them")
+        parsed = save_dir.parse_name(info_path)
+        if parsed is None or parsed.task is None or parsed.task >= config.num_task:
+            continue
+        change = provenance.input_change(info.get(provenance.MADE_FROM),
+                                         corpus.task_files(paths, parsed.task, config.num_task), model_sha256,
+                                         config.sp_path)
+        if change:
+            raise CreateError(f"{change}: {info_path} was made from the inputs as they were, and a save_dir must not "
+                              "mix old and new; --overwrite makes it again from the inputs as they are (or restore "
+                              "the inputs)")
+
+
+def _own_outputs_excluded(config, paths):
+    """The glob's matches without what lies in save_dir (a glob such as data/* with --save_dir=data/out)."""
+    if fileio.is_remote(config.save_dir):
+        return paths
+    inside = os.path.realpath(config.save_dir) + os.sep
+    kept = [path for path in paths if not (os.path.realpath(path) + os.sep).startswith(inside)]
+    if len(kept) < len(paths):
+        log.info("%d path(s) under --save_dir=%s left out of --input_glob", len(paths) - len(kept), config.save_dir)
+    return kept
 
 
 def _size(path):
@@ -82,7 +139,7 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
                                                                         config.keep_accents)
     if mismatch:
         log.warning("%s", mismatch)
-    paths = fileio.glob(config.input_glob)
+    paths = _own_outputs_excluded(config, fileio.glob(config.input_glob))
     if not paths:
         raise CreateError(f"no file matches --input_glob={config.input_glob}")
     for path in paths:
@@ -90,8 +147,14 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
             why = "is not a file" if not os.path.isfile(path) else "cannot be read (permissions)"
             raise InputError(f"{path} {why}; fix --input_glob={config.input_glob} or the file")
         corpus.check_first_block(path, config.allow_binary)
+    if not any(_size(path) for path in paths):
+        raise CreateError(f"the corpus is empty: the {len(paths)} file(s) of --input_glob={config.input_glob} "
+                          "hold no byte; nothing written")
     info = units.corpus_info(config, sp.get_piece_size())
     _check_save_dir(config, info, overwrite)
+    model_sha256 = provenance.sha256_of(config.sp_path)
+    if not overwrite:
+        _check_units(config, paths, model_sha256)
     todo = []
     for unit in units.plan_units(config):
         files = corpus.task_files(paths, unit.task, config.num_task)
@@ -103,12 +166,40 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
         else:
             todo.append((unit, files))
     task_files = {unit.task: files for unit, files in todo}  # each task's files are read once, for all passes
-    token_caches = {task: token_cache.cache_key(config, files) for task, files in task_files.items()}
-    return Plan(info, todo, sum(_size(p) for files in task_files.values() for p in files), token_caches)
+    token_caches = {task: token_cache.cache_key(config, files, model_sha256) for task, files in task_files.items()}
+    made_from = {task: provenance.made_from(files, model_sha256) for task, files in task_files.items()}
+    return Plan(info, todo, sum(_size(p) for files in task_files.values() for p in files), token_caches, made_from)
 
 
-def prepare_save_dir(config: CreateConfig, plan: Plan):
+def _remove_earlier_units(config: CreateConfig):
+    """--overwrite: every unit in save_dir goes (record_info first, so none is ever complete-looking without its
+    records), except, in a run of one --task, the units of the other tasks made with the same data flags."""
+    folder = os.path.join(config.save_dir, save_dir.TFRECORDS)
+    settings = units.record_settings(config)
+    removed = 0
+    for info_path, info in provenance.unit_files(folder):
+        parsed = save_dir.parse_name(info_path)
+        other_task = (config.task is not None and parsed is not None and parsed.task not in config.tasks
+                      and parsed.task is not None and parsed.task < config.num_task)
+        if other_task and info.get("create_settings") == settings:
+            continue
+        record_path = os.path.join(folder, os.path.basename(info_path).removeprefix("record_info-")
+                                   .removesuffix(".json") + ".tfrecords")
+        for path in (info_path, record_path, record_path + ".gz"):
+            if fileio.exists(path):
+                fileio.remove(path)
+        removed += 1
+    for path in fileio.glob(os.path.join(folder, "*.tfrecords")):  # records whose record_info was lost
+        if save_dir.parse_name(path) and not fileio.exists(save_dir.record_info_of(path)):
+            fileio.remove(path)
+    if removed:
+        log.info("--overwrite: %d unit(s) of the earlier run removed from %s", removed, folder)
+
+
+def prepare_save_dir(config: CreateConfig, plan: Plan, overwrite=False):
     """Makes save_dir/tfrecords and writes corpus_info.json (when task 0 is part of the run, as the original)."""
     fileio.makedirs(os.path.join(config.save_dir, save_dir.TFRECORDS))
+    if overwrite:
+        _remove_earlier_units(config)
     if 0 in config.tasks:
         save_dir.write_json(save_dir.corpus_info_path(config.save_dir), plan.corpus_info)

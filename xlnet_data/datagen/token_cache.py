@@ -29,7 +29,7 @@ from typing import Optional
 import numpy as np
 
 from xlnet_data.common import fileio, memory, save_dir
-from xlnet_data.datagen import corpus
+from xlnet_data.datagen import corpus, provenance
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.text import Encoder
 
@@ -64,10 +64,10 @@ class EncodeResult:
     tokens: int = 0
 
 
-def cache_key(config: CreateConfig, files) -> str:
-    """A digest of what a task's ids are made from: its files as they are now, the model, the encode flags."""
-    with fileio.open_read(config.sp_path) as f:
-        model = hashlib.sha256(f.read()).hexdigest()
+def cache_key(config: CreateConfig, files, model_sha256=None) -> str:
+    """A digest of what a task's ids are made from: its files as they are now, the model (`model_sha256`, its
+    bytes' hash, computed when not given), the encode flags."""
+    model = model_sha256 or provenance.sha256_of(config.sp_path)
     made_from = {"format": CACHE_FORMAT, "files": [[path, fileio.size(path), fileio.modified_ns(path)] for path in files],
                  "model": model, "from_raw_text": config.from_raw_text, "uncased": config.uncased,
                  "keep_accents": config.keep_accents, "use_eod": config.use_eod, "strict": config.strict}
@@ -133,7 +133,9 @@ def encode_task(config: CreateConfig, task, files, key, sp, on_progress=None, en
             entry = {**_entry(shard), "ids_offset": offset}
             flag_chunks = []
             while shard.ids:  # released as written: the file is never held twice
-                fileio.write_array(out, shard.ids.pop(0).astype("<i4", copy=False))
+                chunk = shard.ids.pop(0)
+                fileio.write_array(out, chunk.astype("<i4", copy=False))
+                memory.freed(chunk.nbytes)
                 flag_chunks.append(shard.sent_ids.pop(0))
             offset += 4 * shard.num_tokens
             entry["flags_offset"] = offset
@@ -141,8 +143,8 @@ def encode_task(config: CreateConfig, task, files, key, sp, on_progress=None, en
                 fileio.write_array(out, packed)
                 offset += packed.size
             shards.append(entry)
+            memory.freed(sum(flags.nbytes for flags in flag_chunks))
             del shard, flag_chunks
-            memory.return_freed_heap()
     index = {"format": CACHE_FORMAT, "task": task, "key": key, "files": list(files), "skipped_files": skipped,
              "shards": shards}
     save_dir.write_json(index_path, index)
@@ -179,22 +181,16 @@ class EncodedTask:
         return ids, sent_ids
 
 
-RETURN_EVERY_BYTES = 16 << 20  # freed chunks handed back to the system at least this often (see _released)
-
-
 def _released(chunks):
-    """Yields the arrays of the list `chunks`, taking each out of it, and hands their memory back to the
-    system every RETURN_EVERY_BYTES (and at the end), so that a file copied into the stream is held twice
-    by at most that much (each hand-back walks the heap: not after every chunk)."""
-    freed = 0
+    """Yields the arrays of the list `chunks`, taking each out of it and counting it as freed (memory.freed
+    hands the memory back to the system every RETURN_EVERY_BYTES), so that a file copied into the stream is
+    held twice by at most that much."""
     while chunks:
         chunk = chunks.pop(0)
-        freed += chunk.nbytes
+        nbytes = chunk.nbytes
         yield chunk
         del chunk
-        if freed >= RETURN_EVERY_BYTES or not chunks:
-            memory.return_freed_heap()
-            freed = 0
+        memory.freed(nbytes)
 
 
 def encode_in_memory(config: CreateConfig, task, files, sp, on_progress=None, encode_threads=-1) -> EncodedTask:

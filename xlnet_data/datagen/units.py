@@ -14,7 +14,7 @@ import numpy as np
 
 from xlnet_data.common import compiled, fileio, records, save_dir
 from xlnet_data.common.vocab import CLS_ID, SEP_ID, start_piece_table
-from xlnet_data.datagen import layout, rng, token_cache
+from xlnet_data.datagen import layout, provenance, rng, token_cache
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.masking import ngram_cdf, sample_mask
 from xlnet_data.datagen.pairing import row_boundaries, split_a_and_b
@@ -260,11 +260,12 @@ def record_settings(config: CreateConfig):
 
 
 def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
-             encoded: Optional[token_cache.EncodedTask] = None) -> UnitResult:
+             encoded: Optional[token_cache.EncodedTask] = None, made_from: Optional[dict] = None) -> UnitResult:
     """Creates one unit's tfrecords from its task's token cache (or from `encoded`, the task encoded in
     memory), then its record_info JSON (last, so it marks completion).
 
-    record_info holds the original's keys (`filenames`, `num_batch`), `create_settings` and the unit's counts.
+    record_info holds the original's keys (`filenames`, `num_batch`), `create_settings`, the unit's counts
+    and `made_from` (the plan's provenance.made_from of its task, with the records file's size).
     """
     index = encoded.index if encoded else token_cache.read_index(config, unit.task, cache_key)
     if index is None:
@@ -304,6 +305,9 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
     else:
         info["filenames"] = []
         info[TOKEN_CACHE] = token_cache.cache_reference(config, index)
+    if made_from is not None:  # what the unit was made from, and the size its records file must have
+        info[provenance.MADE_FROM] = ({**made_from, "record_bytes": fileio.size(record_path)} if config.write_records
+                                      else made_from)
     save_dir.write_json(info_path, info)
     return result
 

@@ -112,6 +112,26 @@ def read_prefixed(path: str, prefix: str) -> dict[str, np.ndarray]:
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map() if name.startswith(prefix)}
 
 
+def listed(model_dir: str) -> list[str]:
+    """The checkpoint prefixes model_dir's `checkpoint` file lists, oldest first ([] without one)."""
+    state = tf.train.get_checkpoint_state(model_dir)
+    if not state:
+        return []
+    paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+    return [p if os.path.isabs(p) else os.path.join(model_dir, p) for p in paths]
+
+
+def unreadable(path: str) -> Optional[str]:
+    """Why checkpoint `path` cannot be read whole (its index or a tensor of its data), or None when it can."""
+    try:
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (tf.errors.OpError, ValueError, OSError, IndexError) as err:  # IndexError: a .data file cut short
+        return _reason(err)
+    return None
+
+
 def latest(model_dir: str) -> Optional[str]:
     """The newest checkpoint prefix listed in model_dir, or None."""
     return tf.train.latest_checkpoint(model_dir)

@@ -43,6 +43,12 @@ _ACTIVATIONS = ("relu", "gelu")
 _LAYER_NORM_EPSILON = 1e-12
 
 
+# Far above any XLNet's (large: 24 layers, d_model 1024, d_inner 4096, 32000 tokens); beyond them the weights
+# alone would not fit in any memory.
+_SHAPE_LIMITS = {"n_layer": 1024, "d_model": 1 << 16, "n_head": 1024, "d_head": 1 << 14, "d_inner": 1 << 18,
+                 "n_token": 1 << 24}
+
+
 @dataclasses.dataclass(frozen=True)
 class XLNetConfig:
     """What a checkpoint fixes: the original's xlnet_config.json."""
@@ -59,6 +65,10 @@ class XLNetConfig:
     def __post_init__(self):
         if self.ff_activation not in _ACTIVATIONS:
             raise ValueError(f"ff_activation must be one of {_ACTIVATIONS}, got {self.ff_activation!r}")
+        for name, most in _SHAPE_LIMITS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise ValueError(f"{name}={value!r} must be an integer in [1, {most}]")
 
     @classmethod
     def from_json(cls, path: str) -> XLNetConfig:
@@ -73,6 +83,9 @@ class XLNetConfig:
     def to_json(self, path: str) -> None:
         """Writes the config atomically (a full disk leaves no half-written file)."""
         fileio.write_text_atomic(path, json.dumps(dataclasses.asdict(self), indent=4, sort_keys=True))
+
+
+MAX_MEM_LEN = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +115,16 @@ class RunConfig:
             raise ValueError(f"attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
         if self.init not in ("normal", "uniform"):
             raise ValueError(f"init must be 'normal' or 'uniform', got {self.init!r}")
+        for name in ("dropout", "dropatt"):
+            if not 0 <= getattr(self, name) < 1:  # NaN fails too
+                raise ValueError(f"--{name}={getattr(self, name)} must be in [0, 1)")
+        if not 0 <= self.mem_len <= MAX_MEM_LEN:
+            raise ValueError(f"--mem_len={self.mem_len} must be in [0, {MAX_MEM_LEN}]")
+        if self.clamp_len < -1:
+            raise ValueError(f"--clamp_len={self.clamp_len} must be -1 (no clamping) or more")
+        for name in ("init_std", "init_range"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"--{name}={getattr(self, name)} must be a positive number")
 
     @classmethod
     def from_json(cls, path: str) -> RunConfig:

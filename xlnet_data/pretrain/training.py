@@ -47,6 +47,7 @@ log = logging.getLogger("xlnet_data")
 DECAY_METHODS = ("poly", "cos")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 JIT_COMPILE = ("auto", "on", "off")
+MAX_TRAIN_STEPS = 1 << 27  # the mixing schedule holds a source index per step
 BETA_1, BETA_2 = 0.9, 0.999  # the original's (tf.train.AdamOptimizer and AdamWeightDecayOptimizer defaults)
 
 
@@ -83,6 +84,7 @@ class TrainConfig:
     tpu: str = ""  # strategy tpu: the TPU's name or address
     jit_compile: str = "auto"  # XLA for each replica's forward and backward pass (see Trainer.uses_xla)
     tf32: bool = False  # let GPUs run float32 matmuls in TF32
+    max_loss: Optional[float] = None  # a step's loss above it stops the run as diverging (None: only non-finite)
 
     def __post_init__(self):
         def need(ok, message):
@@ -95,10 +97,27 @@ class TrainConfig:
         for name in ("train_steps", "iterations", "max_save"):
             need(getattr(self, name) > 0, f"--{name}={getattr(self, name)} must be positive")
         need(self.save_steps is None or self.save_steps > 0, f"--save_steps={self.save_steps} must be positive")
+        need(self.train_steps <= MAX_TRAIN_STEPS, f"--train_steps={self.train_steps} must be at most {MAX_TRAIN_STEPS}")
         need(self.warmup_steps >= 0, f"--warmup_steps={self.warmup_steps} must not be negative")
-        need(self.clip > 0, f"--clip={self.clip} must be positive")
-        need(self.mix_sampling_factor is None or self.mix_sampling_factor >= 0,
-             f"--mix_sampling_factor={self.mix_sampling_factor} must not be negative")
+        # Comparisons that NaN fails as well as a value out of range.
+        need(0 < self.clip < math.inf, f"--clip={self.clip} must be a positive number")
+        need(0 <= self.learning_rate < math.inf, f"--learning_rate={self.learning_rate} must be a number >= 0")
+        need(0 <= self.min_lr_ratio <= 1, f"--min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+        need(0 < self.adam_epsilon < math.inf, f"--adam_epsilon={self.adam_epsilon} must be a positive number")
+        need(0 <= self.weight_decay < math.inf, f"--weight_decay={self.weight_decay} must be a number >= 0")
+        need(self.max_loss is None or 0 < self.max_loss < math.inf,
+             f"--max_loss={self.max_loss} must be a positive number")
+        need(0 <= self.seed < 2**63, f"--seed={self.seed} must be in [0, 2**63)")
+        need(self.mix_sampling_factor is None or 0 <= self.mix_sampling_factor < math.inf,
+             f"--mix_sampling_factor={self.mix_sampling_factor} must be a number >= 0")
+        duplicated = sorted({d for d in self.devices if self.devices.count(d) > 1})
+        need(not duplicated, f"--devices names {', '.join(duplicated)} twice: each device holds one replica")
+        for device in self.devices:
+            try:
+                known = tf.DeviceSpec.from_string(device).device_type is not None
+            except (ValueError, TypeError):
+                known = False
+            need(known, f"--devices: {device!r} is not a device name such as /gpu:0 or /cpu:0")
         need(self.run.reuse_len == self.data.reuse_len and self.run.bi_data == self.data.bi_data,
              "the model's reuse_len/bi_data must be the data's")
 
@@ -308,6 +327,13 @@ def make_strategy(name: str = "auto", devices=(), tpu: str = "") -> tf.distribut
     if name == "multi_worker":  # first: its collectives must be configured before TensorFlow initialises
         return multi_worker_strategy()
     gpus = tf.config.list_logical_devices("GPU")
+    here = {(spec.device_type, spec.device_index) for spec in map(tf.DeviceSpec.from_string,
+                                                                   (d.name for d in tf.config.list_logical_devices()))}
+    for device in devices:
+        spec = tf.DeviceSpec.from_string(device)
+        if (spec.device_type.upper(), spec.device_index or 0) not in here:
+            raise ConfigError(f"--devices: {device} is not a device of this machine (it has "
+                              f"{', '.join(sorted(f'/{t.lower()}:{i}' for t, i in here))})")
     if name == "auto":
         name = "mirrored" if len(gpus) > 1 else "one_device"
     if name == "one_device":
@@ -560,6 +586,45 @@ def find_damage(record_dir: str, cfg: TrainConfig) -> Optional[RecordError]:
     return None
 
 
+class DivergedError(ValueError):
+    """The loss (or the gradient) became non-finite, or a loss passed --max_loss: the run stops, without a
+    checkpoint of those weights."""
+
+
+def _check_losses(window: list[float], first: int, gnorm, lr, cfg: TrainConfig) -> None:
+    """`window`: the losses of steps first+1, first+2, ...; DivergedError names the first bad one."""
+    for step, loss in enumerate(window, first + 1):
+        if not math.isfinite(loss):
+            why = f"the loss is {loss} at step {step}"
+        elif cfg.max_loss is not None and loss > cfg.max_loss:
+            why = f"the loss {loss:.4g} at step {step} is above --max_loss={cfg.max_loss:g} (diverging)"
+        else:
+            continue
+        break
+    else:
+        if gnorm is None or math.isfinite(float(gnorm)):
+            return
+        why, step = f"the gradient norm is {float(gnorm)} at step {first + len(window)}", first + len(window)
+    latest = checkpoints.latest(cfg.model_dir)
+    raise DivergedError(f"{why}: training stopped, no checkpoint of it written (learning rate {float(lr):.3g}); "
+                        f"{f'the last checkpoint is {latest}' if latest else 'no checkpoint yet'}: lower "
+                        "--learning_rate (or raise --warmup_steps) and run again")
+
+
+def _say_if_a_better_checkpoint_goes(cfg: TrainConfig, step: int, loss: Optional[float],
+                                     saved_losses: dict[str, float]) -> None:
+    """Warns when --max_save rotates out a checkpoint of this run whose loss was clearly lower (by more than
+    10%) than the one about to be saved: the loss is growing, and the better weights would go unsaid."""
+    listed = [os.path.basename(p) for p in checkpoints.listed(cfg.model_dir)]
+    name = f"model.ckpt-{step}"
+    going = ([p for p in listed if p != name] + [name])[:-cfg.max_save]
+    better = [(saved_losses[p], p) for p in going if p in saved_losses]
+    if loss is not None and better and min(better)[0] * 1.1 < loss:
+        log.warning("--max_save=%d deletes %s (loss %.4g) for %s (loss %.4g): the loss is growing; --max_loss "
+                    "stops a diverging run, a larger --max_save keeps more", cfg.max_save, min(better)[1],
+                    min(better)[0], name, loss)
+
+
 class DamagedRecordsError(ValueError):
     """Training met a record it cannot read; the message names the file, the record and the byte."""
 
@@ -605,7 +670,9 @@ def _check_model_dir(cfg: TrainConfig, chief: bool) -> None:
     # This run's settings, for export_hf's config.json (memory, attention) and tokenizer (uncased, keep_accents);
     # rewritten by every run, since a resumed run may change them.
     settings = {**dataclasses.asdict(cfg.run), "seq_len": cfg.data.seq_len, "perm_size": cfg.data.perm_size,
-                "num_predict": cfg.data.num_predict, "uncased": cfg.data.uncased}
+                "num_predict": cfg.data.num_predict, "uncased": cfg.data.uncased,
+                # the records' SentencePiece model(s), for export_hf to ship the very tokenizer
+                "sp_model_sha256": sorted({validation.check_units_agree(d) for d in cfg.sources} - {None})}
     keep_accents = _records_keep_accents(cfg.record_info_dir)
     if keep_accents is not None:  # else export_hf takes its flag
         settings["keep_accents"] = keep_accents
@@ -619,9 +686,26 @@ def _records_keep_accents(record_info_dir: str) -> Optional[bool]:
     return any(bool(save_dir.read_json(path).get("keep_accents", False)) for path in paths) if paths else None
 
 
+def _newest_readable(model_dir: str) -> Optional[str]:
+    """The newest checkpoint listed in model_dir whose every tensor can be read (a `.data` file deleted or cut
+    short is passed over, with one line saying so), or None when none is listed."""
+    listed = checkpoints.listed(model_dir)
+    for newer, path in enumerate(reversed(listed)):
+        problem = checkpoints.unreadable(path)
+        if problem is None:
+            return path
+        older = listed[-newer - 2] if newer + 1 < len(listed) else None
+        log.warning("checkpoint %s cannot be read (%s): %s", path, problem,
+                    f"resuming from {older}, the one before it" if older else "no older checkpoint to resume from")
+    if listed:
+        raise ConfigError(f"no checkpoint in --model_dir={model_dir} can be read (the newest, {listed[-1]}: "
+                          f"{checkpoints.unreadable(listed[-1])}); restore them, or use a new --model_dir")
+    return None
+
+
 def _start(cfg: TrainConfig, trainer: Trainer) -> tuple[int, ResumedState]:
     """Resumes from model_dir's latest checkpoint, else starts from --init_checkpoint or scratch."""
-    latest = checkpoints.latest(cfg.model_dir)
+    latest = _newest_readable(cfg.model_dir)
     resumed = ResumedState()
     if latest:
         restore(latest, trainer.model, trainer.optimizer)
@@ -736,14 +820,28 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.di
     writer = tf.summary.create_file_writer(cfg.model_dir) if chief else tf.summary.create_noop_writer()
 
     saved, saved_step = None, first_step  # this run's last checkpoint (the one it resumed from is at first_step)
+    saved_losses: dict[str, float] = {}  # this run's checkpoints: the mean loss of the steps before each
+
+    def check_window():
+        """The steps since the last report, read (the device waits for them) and checked for divergence."""
+        nonlocal window
+        window = [float(value) for value in window]
+        _check_losses(window, step - len(window), gnorm, lr, cfg)
 
     def checkpoint():
         nonlocal saved, saved_step
+        check_window()  # never a checkpoint of diverged weights
+        recent = (losses + window)[-cfg.iterations:]
+        loss = sum(recent) / len(recent) if recent else None
+        _say_if_a_better_checkpoint_goes(cfg, step, loss, saved_losses)
         saved = save(cfg.model_dir, trainer.model, trainer.optimizer, cfg.max_save, run_state(cfg, trainer, sources))
         saved_step = step
+        if loss is not None:
+            saved_losses[os.path.basename(saved)] = loss
         log.info("saved %s", saved)
 
     losses, window, tic = [], [], time.time()
+    gnorm = lr = None
     damage = None
     end = cfg.train_steps if stop_after is None else min(cfg.train_steps, step + stop_after)
     while step < end and stop.signum is None:
@@ -761,7 +859,7 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.di
         step += 1
         window.append(loss)  # a tensor: read at the next report, so the device need not wait
         if step % cfg.iterations == 0 or step == cfg.train_steps:
-            window = [float(value) for value in window]
+            check_window()
             _report(step, window, gnorm, lr, len(window) * cfg.data.bsz_per_host * cfg.data.seq_len,
                     time.time() - tic, writer)
             if len(sources) > 1:
