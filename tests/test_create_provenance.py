@@ -131,7 +131,8 @@ def test_a_replaced_sentencepiece_model_is_refused_by_create_and_by_dump(texts, 
     create(model, texts / "*.txt", save_dir)
     left = units(save_dir)
     other = tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(
-        input_files=(str(texts / "part0.txt"),), model_prefix=str(tmp_path / "other"), vocab_size=1000, num_threads=2))
+        input_files=(str(texts / "part0.txt"),), model_prefix=str(tmp_path / "other"), vocab_size=1000, num_threads=2,
+        uncased=False))  # cased, as sample_spm
     shutil.copy(other, model)  # another model (of the same size) at the same path
     line = one_error(create_cli(model, texts / "*.txt", save_dir))
     assert line.startswith(f"create: error: the SentencePiece model {model} is not the one it was made with (sha256 ")
