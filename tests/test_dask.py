@@ -98,7 +98,9 @@ def local_run(tmp_path_factory):
 def test_golden_case_on_a_two_worker_dask_cluster(cluster, case, tmp_path):
     case_dir = GOLDEN / case
     result = run_module("xlnet_data.create", *golden_flags(case_dir), *dask_flags(cluster),
-                        f"--save_dir={os.path.relpath(tmp_path, case_dir)}", cwd=case_dir, timeout=LAUNCH_TIMEOUT_S)
+                        # resolved: the relative path is followed from the real case folder (../shared may be a link)
+                        f"--save_dir={os.path.relpath(tmp_path.resolve(), case_dir.resolve())}", cwd=case_dir,
+                        timeout=LAUNCH_TIMEOUT_S)
     assert result.returncode == 0, result.stderr
     assert summary(result).startswith("done: ")
     assert_same_records(case_dir / "expected", tmp_path)
