@@ -1,5 +1,5 @@
 """create and train_gpu accept every flag of the original data_utils.py and train_gpu.py, with its default,
-except the differences README.md lists (sections 3 and 6)."""
+except the differences docs/create.md and docs/pretraining.md list."""
 
 import ast
 import json
@@ -12,7 +12,7 @@ from conftest import ROOT, XLNET_REF, needs_original
 
 pytestmark = needs_original
 
-# flag: (the original's default, ours), as README.md says.
+# flag: (the original's default, ours), as docs/pretraining.md and docs/create.md say.
 CREATE_DIFFERENCES = {"task": (0, None)}  # unset: every task of --num_task
 TRAIN_DIFFERENCES = {
     # data flags: they default to the records' corpus_info.json; these defaults apply without one

@@ -1,5 +1,6 @@
 """The package's shape: commands import together, the record-making library never loads TensorFlow,
-the Python API works in one call, and the README's code map lists exactly the modules there are."""
+the Python API works in one call, the README's code map lists exactly the modules there are, and every
+relative link of README.md and docs/ leads somewhere."""
 
 import ast
 import re
@@ -84,6 +85,49 @@ def test_readme_code_map_matches_the_tree():
             listed.add((folders[-1][1] if folders else "") + name)
     actual = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
     assert listed == actual, (sorted(actual - listed), sorted(listed - actual))
+
+
+def _markdown_prose(path):
+    """The lines of a Markdown file outside code blocks (fenced, or indented by 4 spaces after a blank line)."""
+    lines, fenced, indented, previous = [], False, False, ""
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            indented = line.startswith("    ") and (indented or not previous.strip())
+            if not indented:
+                lines.append(line)
+        previous = line
+    return lines
+
+
+def _heading_anchors(path):
+    """GitHub's anchors of a Markdown file's headings: lower case, punctuation dropped, spaces to hyphens."""
+    anchors = set()
+    for line in _markdown_prose(path):
+        if match := re.match(r"^#+ (.*)", line):
+            anchors.add(re.sub(r"[^\w\- ]", "", match.group(1).lower()).replace(" ", "-"))
+    return anchors
+
+
+def test_every_relative_link_of_the_readme_and_docs_leads_to_a_file_and_heading():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    assert len(pages) > 10
+    broken, checked = [], 0
+    for page in pages:
+        for line in _markdown_prose(page):
+            for target in re.findall(r"\]\(([^)\s]+)\)", line):
+                if re.match(r"^[a-z]+:", target):  # https:, mailto:
+                    continue
+                checked += 1
+                file, _, anchor = target.partition("#")
+                linked = (page.parent / file).resolve() if file else page
+                if not linked.exists():
+                    broken.append(f"{page.relative_to(ROOT)}: {target}: no such file")
+                elif anchor and anchor not in _heading_anchors(linked):
+                    broken.append(f"{page.relative_to(ROOT)}: {target}: no such heading")
+    assert checked > 50
+    assert not broken, broken
 
 
 def test_the_compiled_code_cache_is_keyed_on_every_compiled_source(tmp_path, monkeypatch):

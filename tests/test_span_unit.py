@@ -1,4 +1,4 @@
-"""--span_unit=word does what README's "Whole-word spans" says: no masked span cuts a word, every span starts
+"""--span_unit=word does what docs/create.md's "Whole-word spans" says: no masked span cuts a word, every span starts
 one, exactly num_predict masks; the default (the original's) cuts words, on the same corpus."""
 
 import dataclasses
@@ -33,7 +33,7 @@ def test_word_spans_never_cut_a_word_where_piece_spans_do(tmp_path):
     for stats in (piece, word):
         assert stats["masked"] == {"min": 21, "mean": 21.0, "max": 21}
     assert word["spans_cutting_words"] == 0 and word["start_share"] == 1.0
-    # The original's spans cut words (README: 25% on sample_corpus/ and its model; 14% here, XLNet's model).
+    # The original's spans cut words (docs/create.md: 25% on sample_corpus/ and its model; 14% here, XLNet's model).
     assert piece["cut_share"] > 0.1 and piece["start_share"] < 0.97
     print(f"cut share: piece {piece['cut_share']:.3f}, word {word['cut_share']:.3f}; "
           f"starts: {piece['start_share']:.3f} / {word['start_share']:.3f}")

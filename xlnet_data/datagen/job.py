@@ -67,8 +67,8 @@ class CreateSummary:
 
 # The share of a file's characters that losing a mark makes a warning: English text with names and loanwords
 # (café, José) stays far below it (the Austen sample: 0%), Spanish is 3.2% (sample_corpus's Reina-Valera),
-# and the scripts whose marks are letters (Thai, Hindi, Japanese, Vietnamese, Greek...) 3-20% (README,
-# "Languages").
+# and the scripts whose marks are letters (Thai, Hindi, Japanese, Vietnamese, Greek...) 3-20%
+# (docs/languages.md).
 MARKS_WARNING_SHARE = 0.005
 
 
