@@ -27,6 +27,8 @@ _DATA_DEFAULTS = {"bi_data": True, "mask_alpha": 6, "mask_beta": 1, "uncased": F
 
 def define_flags():
     """The original train_gpu.py's flags, same names and defaults; the data ones default to the records'."""
+    # The defaults restate TrainConfig's and RunConfig's (importing those loads TensorFlow before a wrong
+    # flag is reported); tests/test_original_flags.py checks that they agree.
     # Experiment.
     flags.DEFINE_string("record_info_dir", None, "Records: a save_dir of create (or its tfrecords/ folder); several, "
                         "comma-separated, are read one after the other, or mixed with --mix_sampling_factor.")
