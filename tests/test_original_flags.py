@@ -52,3 +52,30 @@ def test_every_flag_of_the_original_is_accepted_with_its_default(module, script,
     assert not missing, f"{module} lacks the original's flags {missing}"
     differing = {name: (theirs[name], ours[name]) for name in theirs if theirs[name] != ours[name]}
     assert differing == differences
+
+
+def test_train_gpu_flag_defaults_are_the_config_classes_defaults():
+    """Flags and dataclass fields of one name share a default (train_gpu restates them: taking them from the
+    classes would import TensorFlow before a wrong flag is reported); the data flags default to the records'."""
+    import dataclasses
+
+    from xlnet_data import train_gpu
+    from xlnet_data.pretrain import data_settings
+    from xlnet_data.pretrain.inputs import InputConfig
+    from xlnet_data.pretrain.modeling import RunConfig
+    from xlnet_data.pretrain.training import TrainConfig
+
+    ours = our_flags("train_gpu")
+    compared = 0
+    for cls in (TrainConfig, RunConfig):
+        for field in dataclasses.fields(cls):
+            if field.name in ours and field.name not in data_settings.DATA_FLAGS and \
+                    field.default is not dataclasses.MISSING:
+                flag = ours[field.name]
+                assert (tuple(flag) if isinstance(flag, list) else flag) == field.default, (cls.__name__, field.name)
+                compared += 1
+    assert compared >= 25
+    # Without a corpus_info.json the data flags fall back to the input pipeline's defaults.
+    inputs = {field.name: field.default for field in dataclasses.fields(InputConfig)}
+    fallbacks = {name: value for name, value in train_gpu._DATA_DEFAULTS.items() if name in inputs}
+    assert len(fallbacks) == 5 and fallbacks == {name: inputs[name] for name in fallbacks}

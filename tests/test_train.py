@@ -18,6 +18,7 @@ from conftest import ROOT, SAMPLE_CORPUS, SHARED, needs_shared, run_module
 
 from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import modeling as M
+from xlnet_data.pretrain import optimization as O
 from xlnet_data.pretrain import training as T
 
 TINY_SHAPE = ["--n_layer=2", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64", "--ff_activation=gelu",
@@ -389,7 +390,7 @@ def test_cli_xlnet_config_that_contradicts_the_records_is_one_line(records, tmp_
 
 def test_learning_rate_warms_up_then_decays_to_min_lr_ratio(records, tmp_path):
     base = tiny_config(records, tmp_path, learning_rate=1.0, warmup_steps=10, train_steps=110, min_lr_ratio=0.1)
-    lr = lambda cfg, step: float(T.learning_rate(step, cfg))
+    lr = lambda cfg, step: float(O.learning_rate(step, cfg))
     assert [lr(base, s) for s in (0, 5, 10)] == pytest.approx([0.0, 0.5, 1.0])
     assert [lr(base, s) for s in (60, 110, 500)] == pytest.approx([0.55, 0.1, 0.1])
     cos = dataclasses.replace(base, decay_method="cos")
@@ -399,7 +400,7 @@ def test_learning_rate_warms_up_then_decays_to_min_lr_ratio(records, tmp_path):
 
 def test_weight_decay_spares_layer_norm_and_biases_but_not_the_attention_biases():
     decayed = [name for name in M.variable_shapes(M.XLNetConfig(1, 4, 1, 4, 8, "relu", True, 10))
-               if T.uses_weight_decay(name)]
+               if O.uses_weight_decay(name)]
     assert decayed == ["model/transformer/word_embedding/lookup_table", "model/transformer/mask_emb/mask_emb",
                        "model/transformer/r_w_bias", "model/transformer/r_r_bias", "model/transformer/r_s_bias",
                        "model/transformer/seg_embed"] + [f"model/transformer/layer_0/rel_attn/{p}/kernel"
@@ -412,14 +413,14 @@ def test_optimizer_is_the_originals_adam(records, tmp_path, weight_decay):
     cfg = tiny_config(records, tmp_path, learning_rate=0.01, warmup_steps=0, weight_decay=weight_decay,
                       adam_epsilon=1e-6)
     weights = {"a/kernel": tf.Variable([1.0, -2.0]), "a/LayerNorm/gamma": tf.Variable([0.5, 3.0])}
-    optimizer = T.AdamWeightDecay(weights, cfg)
+    optimizer = O.AdamWeightDecay(weights, cfg)
     want = {name: var.numpy().astype(np.float64) for name, var in weights.items()}
     m = {name: 0.0 for name in weights}
     v = {name: 0.0 for name in weights}
     rng = np.random.default_rng(0)
     for t in range(1, 4):
         grads = [rng.normal(size=2).astype(np.float32) for _ in weights]
-        lr = float(T.learning_rate(t - 1, cfg))
+        lr = float(O.learning_rate(t - 1, cfg))
         optimizer.apply(tf.distribute.get_strategy(), [tf.constant(g) for g in grads])
         for (name, w), g in zip(want.items(), grads):
             m[name] = 0.9 * m[name] + 0.1 * g

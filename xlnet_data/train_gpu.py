@@ -8,16 +8,15 @@ xlnet_data/pretrain/training.py; docs/pretraining.md has examples.
 
 import dataclasses
 import logging
-import os
 import signal
 import sys
 
 from absl import flags
 
 from xlnet_data import cli
-from xlnet_data.common import save_dir, stopping, validation
-from xlnet_data.datagen import generated
+from xlnet_data.common import save_dir, stopping
 from xlnet_data.datagen.config import ConfigError
+from xlnet_data.pretrain import data_settings
 
 FLAGS = flags.FLAGS
 
@@ -28,6 +27,8 @@ _DATA_DEFAULTS = {"bi_data": True, "mask_alpha": 6, "mask_beta": 1, "uncased": F
 
 def define_flags():
     """The original train_gpu.py's flags, same names and defaults; the data ones default to the records'."""
+    # The defaults restate TrainConfig's and RunConfig's (importing those loads TensorFlow before a wrong
+    # flag is reported); tests/test_original_flags.py checks that they agree.
     # Experiment.
     flags.DEFINE_string("record_info_dir", None, "Records: a save_dir of create (or its tfrecords/ folder); several, "
                         "comma-separated, are read one after the other, or mixed with --mix_sampling_factor.")
@@ -102,72 +103,7 @@ def define_flags():
                       "fine-tuning heads: pretraining does not read it (nor does the original).")
 
 
-# flag -> corpus_info.json key
-DATA_FLAGS = {"train_batch_size": "bsz_per_host", "num_core_per_host": "num_core_per_host", "seq_len": "seq_len",
-              "reuse_len": "reuse_len", "bi_data": "bi_data", "uncased": "uncased", "mask_alpha": "mask_alpha",
-              "mask_beta": "mask_beta", "num_predict": "num_predict", "n_token": "vocab_size",
-              "keep_accents": "keep_accents"}
 SHAPE_FLAGS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activation", "untie_r", "n_token")
-
-
-def find_record_dirs(record_info_dir: str):
-    """[(tfrecords dir, corpus_info.json path or None)] of the comma-separated dirs; ConfigError when one
-    holds no records."""
-    found = []
-    for given in record_info_dir.split(","):
-        tfrecords = save_dir.tfrecords_dir(given)
-        if not save_dir.record_info_paths(tfrecords):
-            raise ConfigError(f"--record_info_dir: no records (record_info-*.json) in {os.path.abspath(tfrecords)}")
-        validation.check_units_agree(tfrecords)
-        corpus_info = save_dir.find_corpus_info(tfrecords)
-        if corpus_info:
-            validation.check_corpus_info(corpus_info, save_dir.read_json(corpus_info), tfrecords)
-        for unit in generated.find_cache_units(tfrecords):  # create --write_records=false: its token cache
-            generated.check_cache(unit)
-            if corpus_info:
-                generated.check_corpus_info(corpus_info, save_dir.read_json(corpus_info), unit)
-        found.append((tfrecords, corpus_info))
-    return found
-
-
-def data_settings(record_dirs):
-    """{flag: (value, where it comes from)} of the data flags: explicit ones checked against the records'
-    corpus_info.json, the others taken from it (or the flag's default where there is none)."""
-    infos = [(path, save_dir.read_json(path)) for _, path in record_dirs if path]
-    values = {}
-    for flag, key in DATA_FLAGS.items():
-        for path, info in infos:
-            recorded = validation.recorded(info, key)
-            if recorded is None:
-                continue
-            if FLAGS[flag].present and FLAGS[flag].value != recorded:
-                raise ConfigError(f"--{flag}={FLAGS[flag].value} contradicts the records: {key}={recorded} in {path}")
-            if flag in values and values[flag][0] != recorded:
-                raise ConfigError(f"--record_info_dir: the records disagree: {key}={values[flag][0]} in "
-                                  f"{values[flag][1]}, {key}={recorded} in {path}")
-            values[flag] = (recorded, path)
-        if flag not in values:
-            values[flag] = (FLAGS[flag].value, f"--{flag}" if FLAGS[flag].present else None)
-    missing = [f"--{flag}" for flag, (value, _) in values.items() if value is None and flag != "num_predict"]
-    if missing:
-        raise ConfigError(f"{', '.join(missing)} needed: no corpus_info.json next to {record_dirs[0][0]} to read "
-                          "them from")
-    return values
-
-
-def _check_vocabulary(hf_dir, record_dirs):
-    """A Transformers directory's spiece.model must be the records' SentencePiece model (corpus_info.json's
-    sp_path), where both files are there to compare."""
-    from xlnet_data.common import hf_tokenizer
-    ours = os.path.join(hf_dir, "spiece.model")
-    for _, info_path in record_dirs:
-        sp_path = save_dir.read_json(info_path).get("sp_path") if info_path else None
-        if not (sp_path and os.path.isfile(sp_path) and os.path.isfile(ours)):
-            continue
-        difference = hf_tokenizer.vocabulary_difference(ours, sp_path)
-        if difference:
-            raise ConfigError(f"--init_checkpoint={hf_dir} has another vocabulary than the records (sp_path in "
-                              f"{info_path}): {difference}")
 
 
 def config_from_flags():
@@ -179,8 +115,10 @@ def config_from_flags():
     if FLAGS.use_tpu:
         raise ConfigError("--use_tpu=True: train_gpu does not switch to TPU ops with it; to train on a TPU use "
                           "--strategy=tpu --tpu=NAME")
-    record_dirs = find_record_dirs(FLAGS.record_info_dir)
-    settings = data_settings(record_dirs)
+    record_dirs = data_settings.find_record_dirs(FLAGS.record_info_dir)
+    settings = data_settings.data_settings(
+        record_dirs, given={flag: FLAGS[flag].value for flag in data_settings.DATA_FLAGS if FLAGS[flag].present},
+        defaults={flag: FLAGS[flag].value for flag in data_settings.DATA_FLAGS})
     data = {flag: value for flag, (value, _) in settings.items()}
 
     # TensorFlow is imported only now that the records are found (a wrong flag fails fast).
@@ -204,7 +142,7 @@ def config_from_flags():
         if FLAGS["untie_r"].present:  # Transformers keeps biases per layer: they load either way
             model = dataclasses.replace(model, untie_r=FLAGS.untie_r)
     if hf.is_hf_dir(FLAGS.init_checkpoint):
-        _check_vocabulary(FLAGS.init_checkpoint, record_dirs)
+        data_settings.check_vocabulary(FLAGS.init_checkpoint, record_dirs)
         records = [(path, save_dir.read_json(path)) for _, path in record_dirs if path]
         hf.check_tokenizer_fits_records(FLAGS.init_checkpoint, records, f"--init_checkpoint={FLAGS.init_checkpoint}")
     if model:

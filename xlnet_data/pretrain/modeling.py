@@ -344,6 +344,32 @@ def _cache_mem(curr_out: tf.Tensor, prev_mem: Optional[tf.Tensor], mem_len: int,
     return tf.stop_gradient(new_mem[-mem_len:])
 
 
+def attention_masks(qlen, mlen, bsz, perm_mask: Optional[tf.Tensor], attn_type: str, same_length: bool, dtype):
+    """(attn_mask, non_tgt_mask) of the query and the content stream, head-major [bsz or 1, 1, qlen, klen]
+    (1 = may not attend), or (None, None) when nothing is masked. perm_mask [len, len, bsz] as transformer's."""
+    # Attention masks: 1 = may not attend. The content stream (h) may see
+    # itself, the query stream (g) may not.
+    attn_mask = None
+    if attn_type == "uni":
+        attn_mask = causal_mask(qlen, mlen, dtype, same_length)[:, :, None, None]
+    data_mask = None
+    if perm_mask is not None:
+        data_mask = tf.cast(perm_mask, dtype)
+    if data_mask is not None:
+        # Memories can always be attended to.
+        data_mask = tf.concat([tf.zeros([tf.shape(data_mask)[0], mlen, bsz], dtype=dtype), data_mask], 1)
+        attn_mask = data_mask[:, :, :, None] if attn_mask is None else attn_mask + data_mask[:, :, :, None]
+    non_tgt_mask = None
+    if attn_mask is not None:
+        attn_mask = tf.cast(attn_mask > 0, dtype)
+        non_tgt_mask = tf.concat([tf.zeros([qlen, mlen], dtype=dtype), -tf.eye(qlen, dtype=dtype)], axis=-1)
+        non_tgt_mask = tf.cast((attn_mask + non_tgt_mask[:, :, None, None]) > 0, dtype)
+        # [qlen, klen, bsz or 1, 1] -> the attention's head-major [bsz or 1, 1, qlen, klen].
+        attn_mask = tf.transpose(attn_mask, [2, 3, 0, 1])
+        non_tgt_mask = tf.transpose(non_tgt_mask, [2, 3, 0, 1])
+    return attn_mask, non_tgt_mask
+
+
 class XLNet(tf.Module):
     """XLNet with the permutation-LM head. Variables: `weights`, a dict keyed by original names."""
 
@@ -476,26 +502,7 @@ class XLNet(tf.Module):
         mlen = tf.shape(mems[0])[0] if mems is not None else 0
         klen = mlen + qlen
 
-        # Attention masks: 1 = may not attend. The content stream (h) may see
-        # itself, the query stream (g) may not.
-        attn_mask = None
-        if run.attn_type == "uni":
-            attn_mask = causal_mask(qlen, mlen, dtype, run.same_length)[:, :, None, None]
-        data_mask = None
-        if perm_mask is not None:
-            data_mask = tf.cast(perm_mask, dtype)
-        if data_mask is not None:
-            # Memories can always be attended to.
-            data_mask = tf.concat([tf.zeros([tf.shape(data_mask)[0], mlen, bsz], dtype=dtype), data_mask], 1)
-            attn_mask = data_mask[:, :, :, None] if attn_mask is None else attn_mask + data_mask[:, :, :, None]
-        non_tgt_mask = None
-        if attn_mask is not None:
-            attn_mask = tf.cast(attn_mask > 0, dtype)
-            non_tgt_mask = tf.concat([tf.zeros([qlen, mlen], dtype=dtype), -tf.eye(qlen, dtype=dtype)], axis=-1)
-            non_tgt_mask = tf.cast((attn_mask + non_tgt_mask[:, :, None, None]) > 0, dtype)
-            # [qlen, klen, bsz or 1, 1] -> the attention's head-major [bsz or 1, 1, qlen, klen].
-            attn_mask = tf.transpose(attn_mask, [2, 3, 0, 1])
-            non_tgt_mask = tf.transpose(non_tgt_mask, [2, 3, 0, 1])
+        attn_mask, non_tgt_mask = attention_masks(qlen, mlen, bsz, perm_mask, run.attn_type, run.same_length, dtype)
 
         # Embeddings: the content stream sees tokens, the query stream only mask_emb.
         # Gathered from the table's value, not the variable: a gather from a resource variable (ResourceGather)
@@ -525,11 +532,11 @@ class XLNet(tf.Module):
 
         # Queries of the predictions at their positions only; "uni" keeps the original's scatter (its
         # relative positions are not those of _rel_shift_rows).
-        gather_queries = target_mapping is not None and run.attn_type == "bi"
-        if gather_queries:
+        queries = None  # (predicted_positions, predicted_weight)
+        if target_mapping is not None and run.attn_type == "bi":
             mapping = tf.transpose(target_mapping, [2, 0, 1])  # [bsz, num_predict, len]
-            predicted_positions = tf.argmax(mapping, axis=2, output_type=tf.int32)
-            predicted_weight = tf.reduce_sum(mapping, axis=2)[:, None, :, None]
+            queries = (tf.argmax(mapping, axis=2, output_type=tf.int32),
+                       tf.reduce_sum(mapping, axis=2)[:, None, :, None])
 
         pos_emb = relative_positional_encoding(qlen, klen, cfg.d_model, run.clamp_len, run.attn_type,
                                                run.bi_data, dtype)
@@ -537,44 +544,60 @@ class XLNet(tf.Module):
 
         new_mems = []
         for i in range(cfg.n_layer):
-            new_mems.append(_cache_mem(output_h, None if mems is None else mems[i], run.mem_len, run.reuse_len))
-            prefix = f"transformer/layer_{i}/rel_attn"
-            cat = output_h if mems is None else tf.concat([mems[i], output_h], 0)
-            # Heads are head-major ([bsz, n_head, len, d_head]), see _rel_attn_core.
-            k_head_h = _heads(cat, self._w(f"{prefix}/k/kernel"))
-            v_head_h = _heads(cat, self._w(f"{prefix}/v/kernel"))
-            k_head_r = _heads(pos_emb, self._w(f"{prefix}/r/kernel"))  # [n_dir, n_head, rlen, d_head]
-            q_kernel = self._w(f"{prefix}/q/kernel")
-
-            q_head_h = _heads(output_h, q_kernel)
-            attn_vec_h = self._rel_attn_core(i, q_head_h, k_head_h, v_head_h, k_head_r, seg_mat, non_tgt_mask,
-                                             training)
-            new_h = self._post_attention(prefix, output_h, attn_vec_h, training)
-
-            if output_g is not None:
-                q_head_g = _heads(output_g, q_kernel)
-                if gather_queries:
-                    # The original scatters the predictions to their positions (einsum with
-                    # target_mapping), attends from all seq_len positions and gathers back; attending
-                    # from the predicted positions only is the same for one-hot rows, and padding rows
-                    # (all zero) get zero, as there.
-                    attn_vec_g = self._rel_attn_core(i, q_head_g, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask,
-                                                     training, positions=predicted_positions)
-                    attn_vec_g *= predicted_weight
-                elif target_mapping is not None:
-                    q_head_g = tf.einsum("bnmd,mlb->bnld", q_head_g, target_mapping)
-                    attn_vec_g = self._rel_attn_core(i, q_head_g, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask,
-                                                     training)
-                    attn_vec_g = tf.einsum("bnld,mlb->bnmd", attn_vec_g, target_mapping)
-                else:
-                    attn_vec_g = self._rel_attn_core(i, q_head_g, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask,
-                                                     training)
-                output_g = self._ffn(f"transformer/layer_{i}/ff",
-                                     self._post_attention(prefix, output_g, attn_vec_g, training), training)
-            output_h = self._ffn(f"transformer/layer_{i}/ff", new_h, training)
+            mem = None if mems is None else mems[i]
+            new_mems.append(_cache_mem(output_h, mem, run.mem_len, run.reuse_len))
+            output_h, output_g = self.layer(i, output_h, output_g, mem, pos_emb, seg_mat, attn_mask, non_tgt_mask,
+                                            target_mapping, queries, training)
 
         output = output_g if output_g is not None else output_h
         return self._dropout(output, run.dropout, training), (new_mems if run.mem_len else None)
+
+    def layer(self, i: int, output_h: tf.Tensor, output_g: Optional[tf.Tensor], mem: Optional[tf.Tensor],
+              pos_emb: tf.Tensor, seg_mat, attn_mask, non_tgt_mask, target_mapping=None, queries=None,
+              training: bool = False):
+        """Layer i of both streams (one pass of the original's loop in transformer_xl; Hugging Face's
+        XLNetLayer): two-stream relative attention over [mem, output_h], then the feed-forward network.
+
+        output_g is None without the query stream. queries: (predicted_positions, predicted_weight) when
+        the query stream attends from the predicted positions only (see transformer).
+        Returns (output_h, output_g) of the layer.
+        """
+        prefix = f"transformer/layer_{i}/rel_attn"
+        cat = output_h if mem is None else tf.concat([mem, output_h], 0)
+        # Heads are head-major ([bsz, n_head, len, d_head]), see _rel_attn_core.
+        k_head_h = _heads(cat, self._w(f"{prefix}/k/kernel"))
+        v_head_h = _heads(cat, self._w(f"{prefix}/v/kernel"))
+        k_head_r = _heads(pos_emb, self._w(f"{prefix}/r/kernel"))  # [n_dir, n_head, rlen, d_head]
+        q_kernel = self._w(f"{prefix}/q/kernel")
+
+        q_head_h = _heads(output_h, q_kernel)
+        attn_vec_h = self._rel_attn_core(i, q_head_h, k_head_h, v_head_h, k_head_r, seg_mat, non_tgt_mask,
+                                         training)
+        new_h = self._post_attention(prefix, output_h, attn_vec_h, training)
+
+        if output_g is not None:
+            q_head_g = _heads(output_g, q_kernel)
+            if queries is not None:
+                # The original scatters the predictions to their positions (einsum with
+                # target_mapping), attends from all seq_len positions and gathers back; attending
+                # from the predicted positions only is the same for one-hot rows, and padding rows
+                # (all zero) get zero, as there.
+                predicted_positions, predicted_weight = queries
+                attn_vec_g = self._rel_attn_core(i, q_head_g, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask,
+                                                 training, positions=predicted_positions)
+                attn_vec_g *= predicted_weight
+            elif target_mapping is not None:
+                q_head_g = tf.einsum("bnmd,mlb->bnld", q_head_g, target_mapping)
+                attn_vec_g = self._rel_attn_core(i, q_head_g, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask,
+                                                 training)
+                attn_vec_g = tf.einsum("bnld,mlb->bnmd", attn_vec_g, target_mapping)
+            else:
+                attn_vec_g = self._rel_attn_core(i, q_head_g, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask,
+                                                 training)
+            output_g = self._ffn(f"transformer/layer_{i}/ff",
+                                 self._post_attention(prefix, output_g, attn_vec_g, training), training)
+        output_h = self._ffn(f"transformer/layer_{i}/ff", new_h, training)
+        return output_h, output_g
 
     def plm_loss(self, features: Mapping[str, tf.Tensor], mems: Optional[Sequence] = None,
                  training: bool = False) -> PLMOutput:
