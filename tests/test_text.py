@@ -97,6 +97,16 @@ def test_sentence_flags_alternate_and_eod_takes_the_flipped_flag(sp, tmp_path):
     assert flags.tolist() == want
 
 
+@pytest.mark.parametrize("data, ids", [(b"5 6\n\r", [5, 6]), (b"5\r6\r\n\r\n7\r", [56, EOD_ID, 7]), (b"\r", [])])
+def test_carriage_returns_are_dropped_as_tf_gfile_drops_them(tmp_path, data, ids):
+    """tf.gfile's ReadLine drops every CR byte: inside a line, before a line break, and after the last one
+    (found by the differential test: a file ending in "\\n\\r" read one <eod> too many)."""
+    path = tmp_path / "ids.txt"
+    path.write_bytes(data)
+    shard = corpus.read_shard(str(path), None, from_raw_text=False, uncased=False, use_eod=True, vocab_size=32000)
+    assert (np.concatenate(shard.ids).tolist() if shard else []) == ids
+
+
 def test_bidirectional_layout_interleaves_reversed_rows_per_core():
     ids = np.arange(24, dtype=np.int32)
     rows = layout.layout_rows(ids, ids % 2 == 0, bsz_per_host=8, num_core=2, bi_data=True)

@@ -95,7 +95,7 @@ def _line_blocks(path, stats, strict, allow_binary=False):
             done, position = position, raw.tell()
             yield first, lines, position - done
         rest = b"".join(pending)
-        if rest:
+        if rest.replace(b"\r", b""):  # tf.gfile's ReadLine drops CRs: CRs after the last line break are no line
             first = stats.lines + 1
             yield first, _decode_lines(path, rest, stats, strict, allow_binary), raw.tell() - position
 
