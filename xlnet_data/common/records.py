@@ -10,6 +10,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from xlnet_data.common import compiled, fileio
+from xlnet_data.common.errors import UserError
 
 # Feature names and order as the original writes them; all int64 lists.
 FEATURES = ("input", "is_masked", "target", "seg_id", "label")
@@ -297,7 +298,7 @@ def put_record(buf, pos, payloads, begins, ends, keys, key_lengths):
 
 # ---- reading: TFRecord framing (plain or gzip) and the tf.train.Example schema, without TensorFlow ----
 
-class RecordError(ValueError):
+class RecordError(UserError, ValueError):
     """A tfrecords file that cannot be read at one record: truncated, corrupt, or not of this schema.
 
     `path`, `index` (the record's number in the file, from 0), `offset` (its byte in the

@@ -5,6 +5,8 @@ import os
 import numpy as np
 import sentencepiece as spm
 
+from xlnet_data.common.errors import UserError
+
 # Every id constant in the data and the model depends on these positions.
 SPECIAL_SYMBOLS = {
     "<unk>": 0,
@@ -30,7 +32,7 @@ SPIECE_UNDERLINE = "\u2581"
 _PUNCTUATION_PIECES = frozenset('!"#$%&"()*+,-./:;?@[\\]^_`{|}~')
 
 
-class VocabError(ValueError):
+class VocabError(UserError, ValueError):
     """The SentencePiece model is missing, unreadable or not XLNet-compatible."""
 
 

@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 
 from xlnet_data.common import records, save_dir
+from xlnet_data.common.errors import UserError
 from xlnet_data.common.records import FEATURES
 from xlnet_data.common.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, SPIECE_UNDERLINE, UNK_ID
 
@@ -486,7 +487,7 @@ def plot_stats(stats, path):
 # =====================================================================================
 
 
-class InspectionError(Exception):
+class InspectionError(UserError):
     """Records, settings or a corpus_info.json that cannot be found or read (one line for the user)."""
 
 

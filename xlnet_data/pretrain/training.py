@@ -34,8 +34,8 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from xlnet_data.common import fileio, save_dir, stopping, validation
+from xlnet_data.common.errors import ConfigError, UserError
 from xlnet_data.common.records import RecordError, read_examples
-from xlnet_data.datagen.config import ConfigError
 from xlnet_data.datagen.generated import Position, check_cache
 from xlnet_data.pretrain import checkpoints, hf
 from xlnet_data.pretrain.cache_input import CacheFeed
@@ -586,7 +586,7 @@ def find_damage(record_dir: str, cfg: TrainConfig) -> Optional[RecordError]:
     return None
 
 
-class DivergedError(ValueError):
+class DivergedError(UserError, ValueError):
     """The loss (or the gradient) became non-finite, or a loss passed --max_loss: the run stops, without a
     checkpoint of those weights."""
 
@@ -625,7 +625,7 @@ def _say_if_a_better_checkpoint_goes(cfg: TrainConfig, step: int, loss: Optional
                     min(better)[0], name, loss)
 
 
-class DamagedRecordsError(ValueError):
+class DamagedRecordsError(UserError, ValueError):
     """Training met a record it cannot read; the message names the file, the record and the byte."""
 
 
