@@ -101,15 +101,15 @@ def check_step_repeats(records, model_dir, repeats):
     repeats = int(repeats)
     cfg = tiny_config(records, model_dir, mem_len=16)
     cfg = T.dataclasses.replace(cfg, run=T.dataclasses.replace(cfg.run, dropout=0.0, dropatt=0.0))
-    T.sum_in_graph_order()  # as train() does
-    trainer = T.Trainer(cfg, T.make_strategy("one_device"))
-    features = next(iter(ip.make_dataset(cfg.record_info_dir, cfg.data)))
-    mems = trainer.initial_mems()
-    first = [grad.numpy() for grad in trainer.loss_and_grads(features, mems)[1]]
-    differing = 0
-    for _ in range(repeats):
-        grads = trainer.loss_and_grads(features, mems)[1]
-        differing += any(not np.array_equal(grad.numpy(), expected) for grad, expected in zip(grads, first))
+    with T.sum_in_graph_order():  # as train() does
+        trainer = T.Trainer(cfg, T.make_strategy("one_device"))
+        features = next(iter(ip.make_dataset(cfg.record_info_dir, cfg.data)))
+        mems = trainer.initial_mems()
+        first = [grad.numpy() for grad in trainer.loss_and_grads(features, mems)[1]]
+        differing = 0
+        for _ in range(repeats):
+            grads = trainer.loss_and_grads(features, mems)[1]
+            differing += any(not np.array_equal(grad.numpy(), expected) for grad, expected in zip(grads, first))
     assert differing == 0, f"{differing} of {repeats} repeats differ"
 
 

@@ -11,6 +11,7 @@ import time
 from absl import flags
 
 from xlnet_data import cli
+from xlnet_data.common import memory
 from xlnet_data.common.errors import UserError
 from xlnet_data.common.stopping import Stopped, stop_on_signals
 from xlnet_data.datagen import beam_runner
@@ -73,6 +74,7 @@ def define_flags():
 def main(argv):
     del argv
     logging.getLogger().setLevel(logging.INFO)
+    memory.release_large_blocks_promptly()  # the process's, as in the workers (--num_workers=1 runs here)
     start = time.time()
     try:
         with stop_on_signals():
