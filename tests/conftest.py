@@ -43,7 +43,7 @@ def read_save_dir(save_dir, seq_len=None):
     for path in sorted(glob.glob(os.path.join(save_dir, "tfrecords", "*.tfrecords*"))):
         name = os.path.basename(path)
         name = name[:-3] if name.endswith(".gz") else name
-        out[name] = [features for _, features in records.read_examples(path, seq_len)]
+        out[name] = [features for _, features in records.read_numbered_examples(path, seq_len)]
     return out
 
 

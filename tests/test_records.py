@@ -107,14 +107,14 @@ def test_round_trip_plain_and_gzip_told_by_content(tmp_path):
         path = tmp_path / name
         path.write_bytes(content)
         assert [(i, o) for i, o, _ in records.read_records(str(path))] == list(enumerate(offsets[:-1])), name
-        got = list(records.read_examples(str(path), seq_len=16, vocab_size=32000))
+        got = list(records.read_numbered_examples(str(path), seq_len=16, vocab_size=32000))
         assert [i for i, _ in got] == list(range(40))
         for (_, features), want in zip(got, examples):
             assert {k: v.tolist() for k, v in features.items()} == want
             assert all(v.dtype == np.int64 for v in features.values())
     empty = tmp_path / "empty.tfrecords"
     empty.write_bytes(b"")
-    assert list(records.read_examples(str(empty))) == []
+    assert list(records.read_numbered_examples(str(empty))) == []
 
 
 @pytest.mark.parametrize("large", [0, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**35, 2**63 - 1])
@@ -125,7 +125,7 @@ def test_every_varint_length_round_trips(tmp_path, large):
     example["input"][3] = example["target"][7] = large
     path = tmp_path / "r.tfrecords"
     path.write_bytes(encode([example]))
-    (_, features), = records.read_examples(str(path), seq_len=16)
+    (_, features), = records.read_numbered_examples(str(path), seq_len=16)
     assert {k: v.tolist() for k, v in features.items()} == example
 
 
@@ -133,7 +133,7 @@ def test_reading_never_imports_tensorflow(tmp_path):
     path = tmp_path / "r.tfrecords.gz"
     path.write_bytes(gzip.compress(encode(random_examples(3))))
     code = ("import sys; from xlnet_data.common import records; "
-            f"assert len(list(records.read_examples({str(path)!r}))) == 3; "
+            f"assert len(list(records.read_numbered_examples({str(path)!r}))) == 3; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
     res = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
                          capture_output=True, text=True, timeout=120)
@@ -208,12 +208,12 @@ def test_gzip_data_error_names_the_exact_record(tmp_path):
 
 
 @needs_g1
-def test_read_examples_equals_tensorflow_plain_and_gzip(g1, tmp_path):
+def test_read_numbered_examples_equals_tensorflow_plain_and_gzip(g1, tmp_path):
     gz = g1_file()
     plain = tmp_path / "plain.tfrecords"
     plain.write_bytes(gzip.decompress(gz.read_bytes()))
     for path in (gz, plain):
-        ours = list(records.read_examples(str(path), seq_len=128, vocab_size=32000))
+        ours = list(records.read_numbered_examples(str(path), seq_len=128, vocab_size=32000))
         assert len(ours) == len(g1) == 1248
         assert [i for i, _ in ours] == list(range(1248))
         for (_, mine), theirs in zip(ours, g1):
@@ -247,7 +247,7 @@ def test_foreign_schema_names_the_record(tmp_path):
     path.write_bytes(encode(good) + encode([foreign]))
     got = []
     with pytest.raises(SchemaError) as err:
-        for index, _ in records.read_examples(str(path)):
+        for index, _ in records.read_numbered_examples(str(path)):
             got.append(index)
     assert got == [0, 1] and isinstance(err.value, RecordError)
     assert (err.value.path, err.value.index) == (str(path), 2)
@@ -256,7 +256,7 @@ def test_foreign_schema_names_the_record(tmp_path):
     assert "missing input" in message and "unexpected class, image" in message
 
     with pytest.raises(SchemaError, match=r"record 0 .*the example has 16 positions, not seq_len=12"):
-        list(records.read_examples(str(path), seq_len=12))
+        list(records.read_numbered_examples(str(path), seq_len=12))
 
 
 def test_parse_example_schema_errors(tf):

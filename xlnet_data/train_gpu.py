@@ -3,7 +3,7 @@
 The original train_gpu.py's flags, same names and defaults, except that the data flags
 (train_batch_size, seq_len, reuse_len, bi_data, ...) and n_token default to the records'
 corpus_info.json, and an explicit flag that contradicts it is refused. The loop itself is
-xlnet_data/training.py; README.md ("Pretraining: train_gpu") has examples.
+xlnet_data/pretrain/training.py; README.md ("Pretraining: train_gpu") has examples.
 """
 
 import dataclasses

@@ -1,4 +1,5 @@
-"""The records' schema and file names; writing records, and reading them back without TensorFlow."""
+"""The records' schema (tf.train.Example features) and TFRecord framing: writing records, and reading them back
+without TensorFlow. Their file names are save_dir.py's."""
 
 import functools
 import sys
@@ -584,7 +585,7 @@ def parse_example(payload, seq_len=None, vocab_size=None, path=None, index=None,
     return out
 
 
-def read_examples(path, seq_len=None, vocab_size=None, verify_crc=True):
+def read_numbered_examples(path, seq_len=None, vocab_size=None, verify_crc=True):
     """Yields (index, {feature name: int64 array}) for each record of a tfrecords file, plain or gzip.
 
     Raises RecordError (SchemaError for a record of another schema) naming the file and the record.

@@ -544,7 +544,7 @@ def read_examples(*paths, verify_crc=True):
     as {feature name: int64 array}; a damaged file raises RecordError naming the file and record."""
     files, _ = resolve_inputs(list(paths))
     for path in files:
-        for _, features in records.read_examples(path, verify_crc=verify_crc):
+        for _, features in records.read_numbered_examples(path, verify_crc=verify_crc):
             yield features
 
 

@@ -1,6 +1,6 @@
 """The training input: records -> the permutation-LM features XLNet trains on.
 
-This is the original `data_utils.get_input_fn` in TF2 (the behaviour contract's section 6):
+This is the original `data_utils.get_input_fn` (and its parser `_convert_example`) in TF2:
 the records of one or more record dirs are read in stream order, and each
 example gets, per part (the first `reuse_len` positions, then the rest), a local
 permutation of block size `perm_size` from which `perm_mask`, `target_mask`,

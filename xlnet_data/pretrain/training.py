@@ -36,7 +36,7 @@ from tensorflow.core.framework import summary_pb2
 
 from xlnet_data.common import fileio, save_dir, stopping, validation
 from xlnet_data.common.errors import ConfigError, UserError
-from xlnet_data.common.records import RecordError, read_examples
+from xlnet_data.common.records import RecordError, read_numbered_examples
 from xlnet_data.datagen.generated import Position, check_cache
 from xlnet_data.pretrain import checkpoints, hf
 from xlnet_data.pretrain.cache_input import CacheFeed
@@ -598,7 +598,7 @@ def find_damage(record_dir: str, cfg: TrainConfig) -> Optional[RecordError]:
     read with the CRC checks: what a failed read of the input pipeline ran into."""
     for path in find_records(record_dir, cfg.data).filenames:
         try:
-            for _ in read_examples(path, cfg.data.seq_len, cfg.model.n_token):
+            for _ in read_numbered_examples(path, cfg.data.seq_len, cfg.model.n_token):
                 pass
         except RecordError as err:
             return err
