@@ -43,7 +43,7 @@ import numpy as np
 from xlnet_data.common import save_dir, validation
 from xlnet_data.common import vocab as _vocab
 from xlnet_data.common.errors import UserError
-from xlnet_data.common.records import parse_example, read_records
+from xlnet_data.common.record_reader import parse_example, read_records
 from xlnet_data.datagen import generated, provenance
 from xlnet_data.datagen.inspection import (
     SETTING_KEYS,

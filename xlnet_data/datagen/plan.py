@@ -10,7 +10,7 @@ import os
 
 from xlnet_data.common import fileio, save_dir, validation
 from xlnet_data.common.errors import UserError
-from xlnet_data.common.records import RecordError
+from xlnet_data.common.record_reader import RecordError
 from xlnet_data.common.vocab import load_sentencepiece
 from xlnet_data.datagen import corpus, provenance, token_cache, tokenizer, units
 from xlnet_data.datagen.config import CreateConfig

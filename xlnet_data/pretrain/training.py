@@ -36,7 +36,7 @@ from tensorflow.core.framework import summary_pb2
 
 from xlnet_data.common import fileio, save_dir, stopping, validation
 from xlnet_data.common.errors import ConfigError, UserError
-from xlnet_data.common.records import RecordError, read_numbered_examples
+from xlnet_data.common.record_reader import RecordError, read_numbered_examples
 from xlnet_data.datagen.generated import Position, check_cache
 from xlnet_data.pretrain import checkpoints, hf
 from xlnet_data.pretrain.cache_input import CacheFeed
