@@ -38,12 +38,12 @@ def golden_flags(case_dir):
 
 def read_save_dir(save_dir, seq_len=None):
     """{tfrecords base name (without .gz): [features dict, ...]} of a save_dir."""
-    from xlnet_data.common import records
+    from xlnet_data.common import record_reader
     out = {}
     for path in sorted(glob.glob(os.path.join(save_dir, "tfrecords", "*.tfrecords*"))):
         name = os.path.basename(path)
         name = name[:-3] if name.endswith(".gz") else name
-        out[name] = [features for _, features in records.read_examples(path, seq_len)]
+        out[name] = [features for _, features in record_reader.read_numbered_examples(path, seq_len)]
     return out
 
 

@@ -92,14 +92,14 @@ def test_the_cache_gives_the_golden_records_batches_over_whole_passes(cache_dirs
 @needs_shared
 def test_a_cache_units_records_are_createss_bytes(cache_dirs, tmp_path):
     """The serialized records themselves: those create writes with the same flags (g3: two TPU cores, bi)."""
-    from xlnet_data.common import records
+    from xlnet_data.common import record_reader
     save_dir, config = cache_dirs["g3_tpu_cores"]
     create_records(dataclasses.replace(config, save_dir=str(tmp_path), write_records=True), num_workers=1)
     for info_path in sorted(Path(save_dir, "tfrecords").glob("record_info-*.json")):
         info = json.loads(info_path.read_text())
         unit = generated.cache_unit(str(info_path), info, info["num_batch"])
         record_file = tmp_path / "tfrecords" / info_path.name[len("record_info-"):].replace(".json", ".tfrecords")
-        want = [payload for _, _, payload in records.read_records(str(record_file))]
+        want = [payload for _, _, payload in record_reader.read_records(str(record_file))]
         assert list(generated.unit_payloads(unit)) == want
 
 

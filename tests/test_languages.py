@@ -15,7 +15,7 @@ import pytest
 import sentencepiece as spm
 from conftest import run_module
 
-from xlnet_data.common import records
+from xlnet_data.common import record_reader
 from xlnet_data.common.vocab import UNK_ID
 from xlnet_data.datagen import tokenizer
 from xlnet_data.datagen.config import CreateConfig
@@ -86,7 +86,8 @@ def _memory_stream(save_dir):
     """The ids of the records' memory parts, in order: with one row a batch (bsz_per_host 1, no bi_data) they
     tile the token stream (the files in the pass's order), up to the dropped tail."""
     files = sorted((save_dir / "tfrecords").glob("*.tfrecords"))
-    parts = [features["input"][:SMALL["reuse_len"]] for path in files for _, features in records.read_examples(path)]
+    parts = [features["input"][:SMALL["reuse_len"]]
+             for path in files for _, features in record_reader.read_numbered_examples(path)]
     return np.concatenate(parts)
 
 
@@ -111,7 +112,7 @@ def test_keep_accents_records_decode_to_every_letter_and_mark_without_unk(accent
     stream = _memory_stream(save_dir)
     assert stream.size > 0.8 * summary.total("tokens") and UNK_ID not in stream
     for path in (save_dir / "tfrecords").glob("*.tfrecords"):
-        for _, features in records.read_examples(path):
+        for _, features in record_reader.read_numbered_examples(path):
             assert UNK_ID not in features["input"] and UNK_ID not in features["target"]
     # The stream is the files one after the other (in the pass's order); each file's letters, marks included,
     # come back from its pieces: the decoded stream is the files' texts, whole, until the dropped tail.

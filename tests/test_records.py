@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from conftest import G1, ROOT, SHARED, g1_file
 
-from xlnet_data.common import records
-from xlnet_data.common.records import FEATURES, RecordError, SchemaError
+from xlnet_data.common import crc32c, record_reader, records
+from xlnet_data.common.record_reader import RecordError, SchemaError
+from xlnet_data.common.records import FEATURES
 from xlnet_data.common.vocab import CLS_ID, SEP_ID
 
 needs_g1 = pytest.mark.skipif(not (G1 / "expected").is_dir(), reason=f"golden g1_blog not found under {SHARED}")
@@ -59,7 +60,7 @@ def read_until_error(path, **kwargs):
     """(indices read, the RecordError) of reading a file that is expected to be bad."""
     seen = []
     with pytest.raises(RecordError) as err:
-        for index, _, _ in records.read_records(str(path), **kwargs):
+        for index, _, _ in record_reader.read_records(str(path), **kwargs):
             seen.append(index)
     return seen, err.value
 
@@ -71,10 +72,10 @@ def test_masked_crc32c_known_value():
     crc = 0xE3069283  # the CRC-32C check value, of b"123456789"
     masked = ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
     data = np.frombuffer(b"123456789", dtype=np.uint8)
-    assert records.masked_crc32c(data, 0, 9) == masked
-    assert records.crc32c_sliced(data, 0, 9) == crc
-    if records.HARDWARE_CRC32C:
-        assert records.crc32c_hardware(data, 0, 9) == crc
+    assert crc32c.masked_crc32c(data, 0, 9) == masked
+    assert crc32c.crc32c_sliced(data, 0, 9) == crc
+    if crc32c.HARDWARE_CRC32C:
+        assert crc32c.crc32c_hardware(data, 0, 9) == crc
 
 
 def bytewise_crc32c(data):
@@ -91,10 +92,10 @@ def bytewise_crc32c(data):
 def test_sliced_and_hardware_crc32c_equal_the_definition_at_any_offset(begin, end):
     data = np.random.default_rng(end).integers(0, 256, 1024, dtype=np.uint8)
     want = bytewise_crc32c(data[begin:end].tobytes())
-    assert records.crc32c_sliced(data, begin, end) == want
-    if not records.HARDWARE_CRC32C:
+    assert crc32c.crc32c_sliced(data, begin, end) == want
+    if not crc32c.HARDWARE_CRC32C:
         pytest.skip("this CPU has no crc32 instruction; the sliced CRC is the one in use")
-    assert records.crc32c_hardware(data, begin, end) == want
+    assert crc32c.crc32c_hardware(data, begin, end) == want
 
 
 def test_round_trip_plain_and_gzip_told_by_content(tmp_path):
@@ -106,15 +107,15 @@ def test_round_trip_plain_and_gzip_told_by_content(tmp_path):
     for name, content in paths.items():
         path = tmp_path / name
         path.write_bytes(content)
-        assert [(i, o) for i, o, _ in records.read_records(str(path))] == list(enumerate(offsets[:-1])), name
-        got = list(records.read_examples(str(path), seq_len=16, vocab_size=32000))
+        assert [(i, o) for i, o, _ in record_reader.read_records(str(path))] == list(enumerate(offsets[:-1])), name
+        got = list(record_reader.read_numbered_examples(str(path), seq_len=16, vocab_size=32000))
         assert [i for i, _ in got] == list(range(40))
         for (_, features), want in zip(got, examples):
             assert {k: v.tolist() for k, v in features.items()} == want
             assert all(v.dtype == np.int64 for v in features.values())
     empty = tmp_path / "empty.tfrecords"
     empty.write_bytes(b"")
-    assert list(records.read_examples(str(empty))) == []
+    assert list(record_reader.read_numbered_examples(str(empty))) == []
 
 
 @pytest.mark.parametrize("large", [0, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**35, 2**63 - 1])
@@ -125,15 +126,15 @@ def test_every_varint_length_round_trips(tmp_path, large):
     example["input"][3] = example["target"][7] = large
     path = tmp_path / "r.tfrecords"
     path.write_bytes(encode([example]))
-    (_, features), = records.read_examples(str(path), seq_len=16)
+    (_, features), = record_reader.read_numbered_examples(str(path), seq_len=16)
     assert {k: v.tolist() for k, v in features.items()} == example
 
 
 def test_reading_never_imports_tensorflow(tmp_path):
     path = tmp_path / "r.tfrecords.gz"
     path.write_bytes(gzip.compress(encode(random_examples(3))))
-    code = ("import sys; from xlnet_data.common import records; "
-            f"assert len(list(records.read_examples({str(path)!r}))) == 3; "
+    code = ("import sys; from xlnet_data.common import record_reader; "
+            f"assert len(list(record_reader.read_numbered_examples({str(path)!r}))) == 3; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
     res = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
                          capture_output=True, text=True, timeout=120)
@@ -153,7 +154,7 @@ def test_crc_corruption_names_the_record(tmp_path):
     assert (err.path, err.index, err.offset) == (str(path), 7, offsets[7])
     assert "data CRC mismatch" in err.reason
     assert str(err) == f"{path}: record 7 (byte {offsets[7]}): corrupt record: data CRC mismatch"
-    assert len(list(records.read_records(str(path), verify_crc=False))) == 20
+    assert len(list(record_reader.read_records(str(path), verify_crc=False))) == 20
 
     corrupt = bytearray(data)
     corrupt[offsets[3] + 1] ^= 0x01                  # record 3's length
@@ -208,12 +209,12 @@ def test_gzip_data_error_names_the_exact_record(tmp_path):
 
 
 @needs_g1
-def test_read_examples_equals_tensorflow_plain_and_gzip(g1, tmp_path):
+def test_read_numbered_examples_equals_tensorflow_plain_and_gzip(g1, tmp_path):
     gz = g1_file()
     plain = tmp_path / "plain.tfrecords"
     plain.write_bytes(gzip.decompress(gz.read_bytes()))
     for path in (gz, plain):
-        ours = list(records.read_examples(str(path), seq_len=128, vocab_size=32000))
+        ours = list(record_reader.read_numbered_examples(str(path), seq_len=128, vocab_size=32000))
         assert len(ours) == len(g1) == 1248
         assert [i for i, _ in ours] == list(range(1248))
         for (_, mine), theirs in zip(ours, g1):
@@ -227,7 +228,7 @@ def test_gzip_members_and_a_bad_gzip_trailer(tmp_path):
     packed = g1_file().read_bytes()
     twice = tmp_path / "twice.tfrecords.gz"
     twice.write_bytes(packed + packed + b"\0" * 8)          # two gzip members, zero padding
-    assert sum(1 for _ in records.read_records(str(twice))) == 2 * 1248
+    assert sum(1 for _ in record_reader.read_records(str(twice))) == 2 * 1248
     bad = bytearray(packed)
     bad[-6] ^= 1                                          # the gzip CRC32 in the trailer
     trailer = tmp_path / "trailer.tfrecords.gz"
@@ -247,7 +248,7 @@ def test_foreign_schema_names_the_record(tmp_path):
     path.write_bytes(encode(good) + encode([foreign]))
     got = []
     with pytest.raises(SchemaError) as err:
-        for index, _ in records.read_examples(str(path)):
+        for index, _ in record_reader.read_numbered_examples(str(path)):
             got.append(index)
     assert got == [0, 1] and isinstance(err.value, RecordError)
     assert (err.value.path, err.value.index) == (str(path), 2)
@@ -256,7 +257,7 @@ def test_foreign_schema_names_the_record(tmp_path):
     assert "missing input" in message and "unexpected class, image" in message
 
     with pytest.raises(SchemaError, match=r"record 0 .*the example has 16 positions, not seq_len=12"):
-        list(records.read_examples(str(path), seq_len=12))
+        list(record_reader.read_numbered_examples(str(path), seq_len=12))
 
 
 def test_parse_example_schema_errors(tf):
@@ -271,7 +272,7 @@ def test_parse_example_schema_errors(tf):
 
     good = dict(input=[10, SEP_ID, 11, SEP_ID, CLS_ID] * 2, is_masked=[0] * 10, target=[1] * 10,
                 seg_id=[0] * 5 + [1] * 4 + [2], label=[1])
-    parsed = records.parse_example(example(**good))
+    parsed = record_reader.parse_example(example(**good))
     assert parsed["input"].tolist() == good["input"]
     cases = [
         (dict(good, foo=[1]), "unexpected foo"),
@@ -284,10 +285,10 @@ def test_parse_example_schema_errors(tf):
     ]
     for features, message in cases:
         with pytest.raises(SchemaError, match=message):
-            records.parse_example(example(**features))
+            record_reader.parse_example(example(**features))
     with pytest.raises(SchemaError, match="not seq_len=12"):
-        records.parse_example(example(**good), seq_len=12)
+        record_reader.parse_example(example(**good), seq_len=12)
     with pytest.raises(SchemaError, match="id 40000"):
-        records.parse_example(example(**dict(good, input=[40000] * 10)), vocab_size=32000)
+        record_reader.parse_example(example(**dict(good, input=[40000] * 10)), vocab_size=32000)
     with pytest.raises(SchemaError, match="not a serialized"):
-        records.parse_example(b"\xff\xff\xff")
+        record_reader.parse_example(b"\xff\xff\xff")

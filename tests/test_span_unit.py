@@ -5,7 +5,7 @@ import dataclasses
 
 from conftest import SAMPLE_CORPUS, XLNET_SPM, needs_shared
 
-from xlnet_data.common import records, vocab
+from xlnet_data.common import record_reader, vocab
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.inspection import compute_stats, decode_example, is_backward_row
 
@@ -22,7 +22,7 @@ def span_stats(tmp_path, span_unit):
     (path,) = (tmp_path / span_unit / "tfrecords").glob("*.tfrecords")
     examples = [decode_example(features, None, CONFIG.reuse_len,
                                is_backward_row(index, CONFIG.bsz_per_host, 1, CONFIG.bi_data))
-                for index, features in records.read_examples(str(path), CONFIG.seq_len)]
+                for index, features in record_reader.read_numbered_examples(str(path), CONFIG.seq_len)]
     return compute_stats(examples, start_table=vocab.start_piece_table(vocab.load_sentencepiece(str(XLNET_SPM))))
 
 

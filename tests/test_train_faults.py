@@ -18,7 +18,7 @@ import tensorflow as tf
 from conftest import ROOT, SAMPLE_CORPUS, run_module
 from test_train import TINY_SHAPE, _create, tiny_config
 
-from xlnet_data.common import records, validation
+from xlnet_data.common import record_reader, validation
 from xlnet_data.common.save_dir import SaveDirError
 from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import training as T
@@ -40,7 +40,7 @@ def _records_file(save_dir):
 
 
 def _offsets(path):
-    return [offset for _, offset, _ in records.read_records(str(path), skip_data=True)]
+    return [offset for _, offset, _ in record_reader.read_records(str(path), skip_data=True)]
 
 
 def _copy(save_dir, tmp_path, name="copy"):
@@ -101,15 +101,15 @@ def check_step_repeats(records, model_dir, repeats):
     repeats = int(repeats)
     cfg = tiny_config(records, model_dir, mem_len=16)
     cfg = T.dataclasses.replace(cfg, run=T.dataclasses.replace(cfg.run, dropout=0.0, dropatt=0.0))
-    T.sum_in_graph_order()  # as train() does
-    trainer = T.Trainer(cfg, T.make_strategy("one_device"))
-    features = next(iter(ip.make_dataset(cfg.record_info_dir, cfg.data)))
-    mems = trainer.initial_mems()
-    first = [grad.numpy() for grad in trainer.loss_and_grads(features, mems)[1]]
-    differing = 0
-    for _ in range(repeats):
-        grads = trainer.loss_and_grads(features, mems)[1]
-        differing += any(not np.array_equal(grad.numpy(), expected) for grad, expected in zip(grads, first))
+    with T.sum_in_graph_order():  # as train() does
+        trainer = T.Trainer(cfg, T.make_strategy("one_device"))
+        features = next(iter(ip.make_dataset(cfg.record_info_dir, cfg.data)))
+        mems = trainer.initial_mems()
+        first = [grad.numpy() for grad in trainer.loss_and_grads(features, mems)[1]]
+        differing = 0
+        for _ in range(repeats):
+            grads = trainer.loss_and_grads(features, mems)[1]
+            differing += any(not np.array_equal(grad.numpy(), expected) for grad, expected in zip(grads, first))
     assert differing == 0, f"{differing} of {repeats} repeats differ"
 
 
@@ -318,11 +318,11 @@ def test_count_records_walks_the_frames_of_plain_and_gzip_files(small_records, t
     plain = path.read_bytes()
     gz = tmp_path / "r.tfrecords.gz"
     gz.write_bytes(gzip.compress(plain))
-    assert records.count_records(str(path)) == records.count_records(str(gz)) == (136, len(plain))
+    assert record_reader.count_records(str(path)) == record_reader.count_records(str(gz)) == (136, len(plain))
     cut = tmp_path / "cut.tfrecords"
     cut.write_bytes(plain[:-5])
-    with pytest.raises(records.RecordError, match=r"record 135 \(byte \d+\): truncated record data"):
-        records.count_records(str(cut))
+    with pytest.raises(record_reader.RecordError, match=r"record 135 \(byte \d+\): truncated record data"):
+        record_reader.count_records(str(cut))
 
 
 def test_a_file_with_more_records_than_its_record_info_lists_is_refused(small_records, tmp_path):
@@ -331,7 +331,7 @@ def test_a_file_with_more_records_than_its_record_info_lists_is_refused(small_re
     data = path.read_bytes()
     path.write_bytes(data + data[:_offsets(path)[1]])  # one record appended
     info = copy / "tfrecords" / f"record_info-{RECORDS_NAME}.json"
-    with pytest.raises(records.RecordError, match=rf"^{path}: record 136 \(byte {len(data)}\): a record more than "
+    with pytest.raises(record_reader.RecordError, match=rf"^{path}: record 136 \(byte {len(data)}\): a record more than "
                                                   rf"{info} lists num_batch 17 x bsz_per_host 8 = 136"):
         validation.check_record_files([str(path)])
 
@@ -371,7 +371,7 @@ def test_a_record_info_that_contradicts_its_records_is_one_line(small_records, t
     copy = _copy(small_records, tmp_path)
     info = copy / "tfrecords" / f"record_info-{RECORDS_NAME}.json"
     info.write_text(json.dumps({**json.loads(info.read_text()), **edit}))
-    with pytest.raises((SaveDirError, records.RecordError), match=fragment.replace("(", r"\(")):
+    with pytest.raises((SaveDirError, record_reader.RecordError), match=fragment.replace("(", r"\(")):
         validation.check_record_files([str(_records_file(copy))])
     line = _one_line(run_module("xlnet_data.train_gpu", *_train_args(copy, tmp_path / "m", "--train_steps=2")),
                      "train", 2)

@@ -12,7 +12,7 @@ from conftest import SAMPLE_CORPUS, run_module
 from test_train import _create, tiny_config
 from test_train_faults import _checkpoint_tensors, _one_line, _train_args
 
-from xlnet_data.datagen.config import ConfigError
+from xlnet_data.common.errors import ConfigError
 from xlnet_data.pretrain import modeling as M
 from xlnet_data.pretrain import training as T
 

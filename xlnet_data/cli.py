@@ -1,6 +1,6 @@
 """What the command-line tools share: running under absl, the shared data flags, flags → config, errors.
 
-Every command module (create, dump, spm_train, train_gpu, ...) defines its flags in a function
+Every command module (prepare, create, dump, spm_train, train_gpu, export_hf) defines its flags in a function
 `define_flags()` and calls `cli.run(main, program, __doc__, define_flags)`; nothing is defined at
 import time, so any two commands can be imported in one process.
 """

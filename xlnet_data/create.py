@@ -11,16 +11,12 @@ import time
 from absl import flags
 
 from xlnet_data import cli
-from xlnet_data.common import run_lock
+from xlnet_data.common import memory
+from xlnet_data.common.errors import UserError
 from xlnet_data.common.stopping import Stopped, stop_on_signals
-from xlnet_data.common.vocab import VocabError
-from xlnet_data.common.workers import WorkerDied
 from xlnet_data.datagen import beam_runner
-from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, ConfigError, CreateConfig
-from xlnet_data.datagen.corpus import InputError
+from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, CreateConfig
 from xlnet_data.datagen.job import create_records
-from xlnet_data.datagen.plan import CreateError
-from xlnet_data.datagen.token_cache import TokenCacheError
 
 log = logging.getLogger("xlnet_data")
 FLAGS = flags.FLAGS
@@ -78,6 +74,7 @@ def define_flags():
 def main(argv):
     del argv
     logging.getLogger().setLevel(logging.INFO)
+    memory.release_large_blocks_promptly()  # the process's, as in the workers (--num_workers=1 runs here)
     start = time.time()
     try:
         with stop_on_signals():
@@ -91,8 +88,7 @@ def main(argv):
         cli.fail("create", f"stopped by {stop.name}; complete units are kept and nothing is half-written: "
                            "run the same command again to do the rest")
         return stop.exit_status
-    except (ConfigError, CreateError, InputError, VocabError, run_lock.SaveDirBusy,
-            TokenCacheError, WorkerDied) as err:
+    except UserError as err:  # a flag, an input, the save_dir, a worker killed (out of memory)...
         return cli.fail("create", err)
     except OSError as err:
         return cli.fail("create", cli.os_error_line(err))

@@ -42,7 +42,8 @@ import numpy as np
 
 from xlnet_data.common import save_dir, validation
 from xlnet_data.common import vocab as _vocab
-from xlnet_data.common.records import RecordError, parse_example, read_records
+from xlnet_data.common.errors import UserError
+from xlnet_data.common.record_reader import parse_example, read_records
 from xlnet_data.datagen import generated, provenance
 from xlnet_data.datagen.inspection import (
     SETTING_KEYS,
@@ -60,7 +61,6 @@ from xlnet_data.datagen.inspection import (
     resolve_settings,
     resolve_sp_path,
 )
-from xlnet_data.datagen.token_cache import TokenCacheError
 
 # =====================================================================================
 # The command line (absl flags live only here).
@@ -157,7 +157,7 @@ def _main(argv):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except (InspectionError, RecordError, save_dir.SaveDirError, _vocab.VocabError, TokenCacheError) as error:
+    except UserError as error:  # records, settings, a save_dir, a SentencePiece model, a token cache
         out.flush()
         return cli.fail("dump", error)
     except OSError as error:  # e.g. an unwritable --plot path, an unreadable folder

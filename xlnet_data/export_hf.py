@@ -12,15 +12,15 @@ reads such a directory back.
 """
 
 import dataclasses
-import json
 import os
 import sys
 
 from absl import flags
 
 from xlnet_data import cli
+from xlnet_data.common import save_dir
+from xlnet_data.common.errors import ConfigError, UserError
 from xlnet_data.datagen import provenance
-from xlnet_data.datagen.config import ConfigError
 
 FLAGS = flags.FLAGS
 _RUN_FLAGS = ("mem_len", "reuse_len", "bi_data", "clamp_len", "same_length")
@@ -80,8 +80,7 @@ def config_from_flags():
     run, recorded = RunConfig(), {}
     if os.path.isfile(run_config):
         run = RunConfig.from_json(run_config)
-        with open(run_config) as fp:
-            recorded = json.load(fp)
+        recorded = save_dir.read_json(run_config)
         if recorded.get("sp_model_sha256") and provenance.sha256_of(FLAGS.sp_path) not in recorded["sp_model_sha256"]:
             raise ConfigError(f"--sp_path={FLAGS.sp_path} is not the SentencePiece model of the records the model was "
                               f"trained on ({run_config} records its sha256): pass that model")
@@ -109,14 +108,14 @@ def main(argv):
     del argv
     try:
         config = config_from_flags()
-    except (ConfigError, ValueError, OSError) as err:  # the configs' own checks raise ValueError
+    except (UserError, OSError) as err:
         return cli.fail("export_hf", err)
     import tensorflow as tf
 
     from xlnet_data.pretrain import hf
     try:
         result = hf.export(config)
-    except (ValueError, OSError) as err:  # a checkpoint or SentencePiece model that does not fit, unwritable dir
+    except (UserError, OSError) as err:  # a checkpoint or SentencePiece model that does not fit, unwritable dir
         return cli.fail("export_hf", err)
     except tf.errors.OpError as err:  # a checkpoint that is not there or not readable
         return cli.fail("export_hf", err.message)

@@ -19,9 +19,9 @@ import time
 from absl import flags
 
 from xlnet_data import cli
+from xlnet_data.common.errors import UserError
 from xlnet_data.common.stopping import Stopped, stop_on_signals
-from xlnet_data.common.workers import WorkerDied
-from xlnet_data.datagen.prepare import FORMATS, TEXT_LAYOUTS, PrepareConfig, PrepareError, prepare
+from xlnet_data.datagen.prepare import FORMATS, TEXT_LAYOUTS, PrepareConfig, prepare
 
 FLAGS = flags.FLAGS
 
@@ -62,7 +62,7 @@ def main(argv):
         cli.fail("prepare", f"stopped by {stop.name}; no shard is half-written, but the run is incomplete: "
                             "run the same command again with --overwrite")
         return stop.exit_status
-    except (PrepareError, WorkerDied) as err:
+    except UserError as err:  # a flag, an input file, the output dir, a worker killed (out of memory)
         return cli.fail("prepare", err)
     except OSError as err:
         return cli.fail("prepare", cli.os_error_line(err))

@@ -27,7 +27,7 @@ import time
 import sentencepiece as spm
 
 from xlnet_data import cli
-from xlnet_data.common.workers import WorkerDied
+from xlnet_data.common.errors import UserError
 from xlnet_data.datagen.tokenizer import (
     SpmTrainConfig,
     SpmTrainError,
@@ -108,7 +108,7 @@ def main(argv):
         config = cli.config_from_flags(SpmTrainConfig, input_files=expand_inputs(FLAGS.input or ""))
         path = train_sentencepiece(config)
         size = spm.SentencePieceProcessor(model_file=path).get_piece_size()
-    except (SpmTrainError, WorkerDied) as err:
+    except UserError as err:  # a flag, an input, the model, a worker killed (out of memory)
         return cli.fail("spm_train", err)
     trained = model_text_settings(path)
     share = 100 * trained["unk"] / max(1, trained["pieces"])

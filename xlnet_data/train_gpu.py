@@ -15,7 +15,7 @@ from absl import flags
 
 from xlnet_data import cli
 from xlnet_data.common import save_dir, stopping
-from xlnet_data.datagen.config import ConfigError
+from xlnet_data.common.errors import ConfigError, UserError
 from xlnet_data.pretrain import data_settings
 
 FLAGS = flags.FLAGS
@@ -177,14 +177,14 @@ def main(argv):
 def _train():
     try:
         config = config_from_flags()
-    except (ConfigError, ValueError, OSError) as err:  # the configs' own checks raise ValueError
+    except (UserError, OSError) as err:  # a flag, the records, a model file; anything else is a bug
         return cli.fail("train", err)
     import tensorflow as tf
 
     from xlnet_data.pretrain import training
     try:
         result = training.train(config)
-    except (ConfigError, ValueError, OSError) as err:  # checkpoint mismatch, bad JSON, damaged records, full disk...
+    except (UserError, OSError) as err:  # checkpoint mismatch, bad JSON, damaged records, full disk...
         return cli.fail("train", err)
     except tf.errors.NotFoundError as err:  # e.g. an --init_checkpoint that is not there
         return cli.fail("train", err.message)

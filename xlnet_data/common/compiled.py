@@ -4,7 +4,9 @@ numba checks a cached function only against its own file, but a function that ca
 other files (units._write_steps inlines records.put_record, masking.sample_mask, the rng draws, ...) has
 their code built in: after those files change, the cache would go on running their old code. So the cache
 lives in a folder named after a hash of the package's compiled-code sources and numba's version, under
-NUMBA_CACHE_DIR, or else the user's cache folder (~/.cache/xlnet-data/numba/<hash>).
+NUMBA_CACHE_DIR, or else the user's cache folder (~/.cache/xlnet-data/numba/<hash>). numba reads its
+CACHE_DIR setting when a function is decorated: it is set for that moment only, and the process's (a
+caller's own numba functions) is left as it was.
 """
 
 import hashlib
@@ -28,9 +30,16 @@ def _cache_dir():
     return os.path.join(base, digest.hexdigest()[:16])
 
 
-numba.config.CACHE_DIR = _cache_dir()  # read when each decorated function is defined, below and in other modules
+CACHE_DIR = _cache_dir()
 
 
 def jit(**options):
-    """numba.njit with the on-disk cache of this module."""
-    return numba.njit(cache=True, **options)
+    """numba.njit with the on-disk cache in CACHE_DIR."""
+    def decorate(function):
+        before = numba.config.CACHE_DIR
+        numba.config.CACHE_DIR = CACHE_DIR  # numba's cache locator reads it now, for this function
+        try:
+            return numba.njit(cache=True, **options)(function)
+        finally:
+            numba.config.CACHE_DIR = before
+    return decorate

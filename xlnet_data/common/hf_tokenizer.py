@@ -28,7 +28,7 @@ import os
 import struct
 from typing import NamedTuple, Optional
 
-from xlnet_data.common import fileio
+from xlnet_data.common import fileio, vocab
 from xlnet_data.common.vocab import SPECIAL_SYMBOLS, SPIECE_UNDERLINE, VocabError
 
 TOKENIZER_FILES = ("spiece.model", "tokenizer.json", "tokenizer_config.json")
@@ -115,11 +115,9 @@ def _special_token(token_id: int, content: str) -> dict:
 
 
 def _combining_pattern() -> str:
-    """A regex class of the characters the original drops after NFKD (text.py owns which they are)."""
-    from xlnet_data.datagen.text import combining_code_points
-
+    """A regex class of the characters the original drops after NFKD (vocab.py owns which they are)."""
     ranges = []
-    for code in combining_code_points().tolist():
+    for code in vocab.combining_code_points().tolist():
         if ranges and ranges[-1][1] == code - 1:
             ranges[-1][1] = code
         else:

@@ -20,6 +20,7 @@ import re
 import socket
 
 from xlnet_data.common import fileio, save_dir
+from xlnet_data.common.errors import UserError
 
 log = logging.getLogger("xlnet_data")
 
@@ -27,7 +28,7 @@ LOCK_FILE = ".create.lock"
 _TEMP_NAME = re.compile(re.escape(fileio.TMP_MARK) + r"[0-9a-f]{8}-(?P<final>.+)")
 
 
-class SaveDirBusy(Exception):
+class SaveDirBusy(UserError):
     """Another run holds the save_dir; the message names it."""
 
 

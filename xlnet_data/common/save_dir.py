@@ -18,13 +18,14 @@ import re
 from typing import Optional
 
 from xlnet_data.common import fileio
+from xlnet_data.common.errors import UserError
 
 CORPUS_INFO = "corpus_info.json"
 TFRECORDS = "tfrecords"
 TOKEN_CACHE = "token_cache"
 
 
-class SaveDirError(ValueError):
+class SaveDirError(UserError, ValueError):
     """A save_dir, corpus_info.json or record_info file that cannot be read as the layout says."""
 
 

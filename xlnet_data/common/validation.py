@@ -16,7 +16,7 @@ import os
 from typing import Optional
 
 from xlnet_data.common import save_dir
-from xlnet_data.common.records import RecordError, count_records, parse_example, read_records
+from xlnet_data.common.record_reader import RecordError, count_records, parse_example, read_records
 from xlnet_data.common.save_dir import SaveDirError
 
 # corpus_info.json's fields that a record_info's file name encodes too (RecordSettings' fields).

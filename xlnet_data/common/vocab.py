@@ -1,9 +1,16 @@
-"""The SentencePiece vocabulary XLNet expects: special ids and a checked loader."""
+"""The SentencePiece vocabulary XLNet expects: special ids and a checked loader; and the characters the
+original's accent removal drops, which create's text (datagen/text.py) and the Hugging Face tokenizer
+(hf_tokenizer.py) both follow."""
 
+import functools
 import os
+import sys
+import unicodedata
 
 import numpy as np
 import sentencepiece as spm
+
+from xlnet_data.common.errors import UserError
 
 # Every id constant in the data and the model depends on these positions.
 SPECIAL_SYMBOLS = {
@@ -30,7 +37,7 @@ SPIECE_UNDERLINE = "\u2581"
 _PUNCTUATION_PIECES = frozenset('!"#$%&"()*+,-./:;?@[\\]^_`{|}~')
 
 
-class VocabError(ValueError):
+class VocabError(UserError, ValueError):
     """The SentencePiece model is missing, unreadable or not XLNet-compatible."""
 
 
@@ -76,3 +83,15 @@ def is_start_piece(piece):
 def start_piece_table(sp):
     """A bool array over ids: True where the id's piece begins a word."""
     return np.array([is_start_piece(sp.id_to_piece(i)) for i in range(sp.get_piece_size())], dtype=bool)
+
+
+@functools.cache
+def is_combining():
+    """A table over every code point: True where the original drops it after NFKD (a combining character)."""
+    return np.fromiter((unicodedata.combining(chr(c)) != 0 for c in range(sys.maxunicode + 1)), dtype=bool,
+                       count=sys.maxunicode + 1)
+
+
+def combining_code_points():
+    """The code points the original drops after NFKD, ascending (the Hugging Face export writes them as a regex)."""
+    return np.flatnonzero(is_combining())

@@ -16,6 +16,7 @@ import time
 from multiprocessing.connection import wait
 
 from xlnet_data.common import fileio
+from xlnet_data.common.errors import UserError
 
 STOP_GRACE_SECONDS = 10  # after SIGTERM, how long a worker may take to end before SIGKILL
 _report = None  # where report() sends a job's counts: over the pipe in a worker, to on_counts in-process
@@ -38,7 +39,7 @@ def reporting_to(on_counts):
         _report = None
 
 
-class WorkerDied(RuntimeError):
+class WorkerDied(UserError, RuntimeError):
     """A worker process ended in the middle of a job without a reply (killed, out of memory)."""
 
     def __init__(self, process):

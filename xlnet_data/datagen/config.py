@@ -4,6 +4,7 @@ import dataclasses
 import os
 from typing import Optional
 
+from xlnet_data.common.errors import ConfigError
 from xlnet_data.common.fileio import is_remote
 
 SPLITS = ("train", "dev", "test")
@@ -15,10 +16,6 @@ SPAN_UNITS = ("piece", "word")
 LIMITS = {"bsz_per_host": 1 << 16, "num_core_per_host": 1 << 12, "seq_len": 1 << 16, "reuse_len": 1 << 16,
           "mask_alpha": 1 << 20, "mask_beta": 1 << 20, "num_task": 1 << 20, "num_predict": 1 << 16}
 MAX_BATCH_TOKENS = 1 << 24
-
-
-class ConfigError(ValueError):
-    """A flag value or combination that cannot produce valid records."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Optional
 import numpy as np
 
 from xlnet_data.common import fileio
+from xlnet_data.common.errors import UserError
 from xlnet_data.common.vocab import EOD_ID, UNK_ID
 from xlnet_data.datagen.text import Encoder, StrippedMarks, preprocess_texts
 
@@ -23,7 +24,7 @@ LONG_LINE_CHARS = 100_000     # a line this long is surely not one sentence: war
 UNK_WARNING_SHARE = 0.25
 
 
-class InputError(ValueError):
+class InputError(UserError, ValueError):
     """An input file the run cannot use; the message names the file (and line)."""
 
 

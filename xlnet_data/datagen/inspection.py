@@ -11,7 +11,8 @@ from typing import Optional
 
 import numpy as np
 
-from xlnet_data.common import records, save_dir
+from xlnet_data.common import record_reader, save_dir
+from xlnet_data.common.errors import UserError
 from xlnet_data.common.records import FEATURES
 from xlnet_data.common.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, SPIECE_UNDERLINE, UNK_ID
 
@@ -486,7 +487,7 @@ def plot_stats(stats, path):
 # =====================================================================================
 
 
-class InspectionError(Exception):
+class InspectionError(UserError):
     """Records, settings or a corpus_info.json that cannot be found or read (one line for the user)."""
 
 
@@ -543,7 +544,7 @@ def read_examples(*paths, verify_crc=True):
     as {feature name: int64 array}; a damaged file raises RecordError naming the file and record."""
     files, _ = resolve_inputs(list(paths))
     for path in files:
-        for _, features in records.read_examples(path, verify_crc=verify_crc):
+        for _, features in record_reader.read_numbered_examples(path, verify_crc=verify_crc):
             yield features
 
 

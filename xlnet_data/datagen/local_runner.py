@@ -13,6 +13,8 @@ from xlnet_data.datagen.plan import Plan
 
 
 def _init_process():
+    """A worker process's own settings. Not run in the caller's process (num_workers=1), which a library user
+    may share with other work: the create command makes the same settings for itself."""
     memory.release_large_blocks_promptly()
     logging.basicConfig(level=logging.INFO, format="%(levelname).1s %(message)s")
 
@@ -76,8 +78,7 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None, keep_cache=Fal
         progress.update(*counts, len(done), len(todo))
 
     try:
-        if num_workers == 1:
-            _init_process()
+        if num_workers == 1:  # in this process, as its owner set it up
             with workers.reporting_to(on_counts):
                 for job in single_jobs:
                     done.append(_encode_and_run_unit(*job))

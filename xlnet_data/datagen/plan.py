@@ -9,7 +9,8 @@ import logging
 import os
 
 from xlnet_data.common import fileio, save_dir, validation
-from xlnet_data.common.records import RecordError
+from xlnet_data.common.errors import UserError
+from xlnet_data.common.record_reader import RecordError
 from xlnet_data.common.vocab import load_sentencepiece
 from xlnet_data.datagen import corpus, provenance, token_cache, tokenizer, units
 from xlnet_data.datagen.config import CreateConfig
@@ -18,7 +19,7 @@ from xlnet_data.datagen.corpus import InputError
 log = logging.getLogger("xlnet_data")
 
 
-class CreateError(Exception):
+class CreateError(UserError):
     """A problem with flags, inputs or outputs, reported as one line before anything is written."""
 
 

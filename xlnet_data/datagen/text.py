@@ -8,6 +8,7 @@ import unicodedata
 
 import numpy as np
 
+from xlnet_data.common import vocab
 from xlnet_data.common.vocab import SPIECE_UNDERLINE
 
 
@@ -24,13 +25,6 @@ _ASCII_OTHER_SPACE = _other_spaces(128)
 def _all_other_spaces():
     """_other_spaces of every code point: 27 characters, 50 ms to list (once, at the first line that is not ASCII)."""
     return _other_spaces(sys.maxunicode + 1)
-
-
-@functools.cache
-def _is_combining():
-    """A table over every code point: True where the original drops it after NFKD (a combining character)."""
-    return np.fromiter((unicodedata.combining(chr(c)) != 0 for c in range(sys.maxunicode + 1)), dtype=bool,
-                       count=sys.maxunicode + 1)
 
 
 # The Arabic marks (harakat, Quranic annotation) among those the accent removal drops: optional vowel marks,
@@ -73,7 +67,7 @@ def _nfkd_without_combining(text, stripped=None):
     """NFKD, then the combining characters dropped, by a table lookup over the code points in numpy (a
     per-character str.translate dictionary lookup costs ten times as much); counted into `stripped`."""
     code_points = np.frombuffer(unicodedata.normalize("NFKD", text).encode("utf-32-le"), dtype=np.uint32)
-    dropped = _is_combining()[code_points]
+    dropped = vocab.is_combining()[code_points]
     if stripped is not None:
         stripped.count(code_points, dropped)
     return code_points[~dropped].tobytes().decode("utf-32-le")
@@ -255,7 +249,3 @@ class Encoder:
             flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=int(lengths.sum()))
         return flat, lengths
 
-
-def combining_code_points():
-    """The code points the original drops after NFKD, ascending (the Hugging Face export writes them as a regex)."""
-    return np.flatnonzero(_is_combining())

@@ -29,6 +29,7 @@ from typing import Optional
 import numpy as np
 
 from xlnet_data.common import fileio, memory, save_dir
+from xlnet_data.common.errors import UserError
 from xlnet_data.datagen import corpus, provenance
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.text import Encoder
@@ -39,7 +40,7 @@ CACHE_FORMAT = 1
 FLAG_PIECE_TOKENS = 1 << 20  # flags unpacked this many at a time when a stream is read back (1 MB of scratch)
 
 
-class TokenCacheError(ValueError):
+class TokenCacheError(UserError, ValueError):
     """A token cache that is missing or does not hold what its index says; the message says what to do."""
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import sentencepiece as spm
 
 from xlnet_data.common import fileio, vocab, workers
+from xlnet_data.common.errors import UserError
 from xlnet_data.datagen import corpus
 from xlnet_data.datagen.text import preprocess_texts
 
@@ -40,7 +41,7 @@ _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a
 _TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
 
 
-class SpmTrainError(ValueError):
+class SpmTrainError(UserError, ValueError):
     """Training could not start or finish, or the model is not XLNet-compatible."""
 
 

@@ -15,8 +15,10 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from xlnet_data.common.errors import UserError
 
-class CheckpointMismatchError(ValueError):
+
+class CheckpointMismatchError(UserError, ValueError):
     """A checkpoint lacks a variable the model needs, or holds it with another shape."""
 
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from xlnet_data.common import save_dir, validation
+from xlnet_data.common.errors import ConfigError
 from xlnet_data.datagen import generated
-from xlnet_data.datagen.config import ConfigError
 
 # flag -> corpus_info.json key
 DATA_FLAGS = {"train_batch_size": "bsz_per_host", "num_core_per_host": "num_core_per_host", "seq_len": "seq_len",

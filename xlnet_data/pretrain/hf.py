@@ -32,6 +32,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from xlnet_data.common import fileio, hf_tokenizer
+from xlnet_data.common.errors import UserError
 from xlnet_data.pretrain import checkpoints
 from xlnet_data.pretrain.modeling import RunConfig, XLNetConfig, variable_shapes
 
@@ -44,7 +45,7 @@ _ACTIVATION_TO_HF = {"relu": "relu", "gelu": "gelu_new"}
 _LAYER_NORM_EPSILON = 1e-12  # the original's (contrib layer_norm), which Transformers' XLNet also uses
 
 
-class HFFormatError(ValueError):
+class HFFormatError(UserError, ValueError):
     """A Transformers directory that does not fit the model: names the file and the parameter."""
 
 
@@ -225,7 +226,10 @@ def read_tensors(directory: str) -> dict[str, np.ndarray]:
     if fileio.exists(os.path.join(directory, WEIGHTS_FILE)):
         files = [WEIGHTS_FILE]
     else:
-        files = sorted(set(json.loads(fileio.read_text(index))["weight_map"].values()))
+        try:
+            files = sorted(set(json.loads(fileio.read_text(index))["weight_map"].values()))
+        except (ValueError, KeyError, AttributeError) as err:  # not JSON, or not a safetensors index
+            raise HFFormatError(f"{index} is not a safetensors index ({type(err).__name__}: {err})") from None
     tensors = {}
     for name in files:
         path = os.path.join(directory, name)

@@ -1,6 +1,6 @@
 """The training input: records -> the permutation-LM features XLNet trains on.
 
-This is the original `data_utils.get_input_fn` in TF2 (the behaviour contract's section 6):
+This is the original `data_utils.get_input_fn` (and its parser `_convert_example`) in TF2:
 the records of one or more record dirs are read in stream order, and each
 example gets, per part (the first `reuse_len` positions, then the rest), a local
 permutation of block size `perm_size` from which `perm_mask`, `target_mask`,
@@ -43,6 +43,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_data.common import save_dir, validation
+from xlnet_data.common.errors import ConfigError
 from xlnet_data.common.vocab import CLS_ID, SEP_ID
 from xlnet_data.datagen import generated
 from xlnet_data.pretrain import cache_input
@@ -80,20 +81,20 @@ class InputConfig:
     def __post_init__(self):
         non_reuse_len = self.seq_len - self.reuse_len
         if not 0 < self.reuse_len < self.seq_len:
-            raise ValueError(f"need 0 < reuse_len ({self.reuse_len}) < seq_len ({self.seq_len})")
+            raise ConfigError(f"need 0 < reuse_len ({self.reuse_len}) < seq_len ({self.seq_len})")
         # The original asserts this: a permutation block crossing into the
         # other part would leak the memory part's future into the past.
         if not 0 < self.perm_size <= min(self.reuse_len, non_reuse_len):
-            raise ValueError(f"perm_size ({self.perm_size}) must be in 1..min(reuse_len, seq_len - reuse_len)"
+            raise ConfigError(f"perm_size ({self.perm_size}) must be in 1..min(reuse_len, seq_len - reuse_len)"
                              f" = {min(self.reuse_len, non_reuse_len)}")
         if self.reuse_len % self.perm_size or non_reuse_len % self.perm_size:
-            raise ValueError(f"perm_size ({self.perm_size}) must divide reuse_len ({self.reuse_len}) "
+            raise ConfigError(f"perm_size ({self.perm_size}) must divide reuse_len ({self.reuse_len}) "
                              f"and seq_len - reuse_len ({non_reuse_len})")
         if self.bsz_per_host % self.num_core_per_host:
-            raise ValueError(f"bsz_per_host ({self.bsz_per_host}) must be a multiple of "
+            raise ConfigError(f"bsz_per_host ({self.bsz_per_host}) must be a multiple of "
                              f"num_core_per_host ({self.num_core_per_host})")
         if self.num_predict is not None and self.num_predict <= 0:
-            raise ValueError(f"num_predict must be positive, got {self.num_predict}")
+            raise ConfigError(f"num_predict must be positive, got {self.num_predict}")
 
     @property
     def bsz_per_core(self) -> int:

@@ -35,7 +35,8 @@ from typing import NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
-from xlnet_data.common import fileio
+from xlnet_data.common import fileio, save_dir
+from xlnet_data.common.errors import ConfigError
 from xlnet_data.pretrain import checkpoints
 
 _ACTIVATIONS = ("relu", "gelu")
@@ -64,20 +65,19 @@ class XLNetConfig:
 
     def __post_init__(self):
         if self.ff_activation not in _ACTIVATIONS:
-            raise ValueError(f"ff_activation must be one of {_ACTIVATIONS}, got {self.ff_activation!r}")
+            raise ConfigError(f"ff_activation must be one of {_ACTIVATIONS}, got {self.ff_activation!r}")
         for name, most in _SHAPE_LIMITS.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
-                raise ValueError(f"{name}={value!r} must be an integer in [1, {most}]")
+                raise ConfigError(f"{name}={value!r} must be an integer in [1, {most}]")
 
     @classmethod
     def from_json(cls, path: str) -> XLNetConfig:
-        with open(path) as fp:
-            data = json.load(fp)
+        data = save_dir.read_json(path)  # bad JSON: one line for the user
         names = [field.name for field in dataclasses.fields(cls)]
         missing = [name for name in names if name not in data]
         if missing:
-            raise ValueError(f"{path}: missing {', '.join(missing)}")
+            raise ConfigError(f"{path}: missing {', '.join(missing)}")
         return cls(**{name: data[name] for name in names})
 
     def to_json(self, path: str) -> None:
@@ -112,26 +112,25 @@ class RunConfig:
 
     def __post_init__(self):
         if self.attn_type not in ("bi", "uni"):
-            raise ValueError(f"attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
+            raise ConfigError(f"attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
         if self.init not in ("normal", "uniform"):
-            raise ValueError(f"init must be 'normal' or 'uniform', got {self.init!r}")
+            raise ConfigError(f"init must be 'normal' or 'uniform', got {self.init!r}")
         for name in ("dropout", "dropatt"):
             if not 0 <= getattr(self, name) < 1:  # NaN fails too
-                raise ValueError(f"--{name}={getattr(self, name)} must be in [0, 1)")
+                raise ConfigError(f"--{name}={getattr(self, name)} must be in [0, 1)")
         if not 0 <= self.mem_len <= MAX_MEM_LEN:
-            raise ValueError(f"--mem_len={self.mem_len} must be in [0, {MAX_MEM_LEN}]")
+            raise ConfigError(f"--mem_len={self.mem_len} must be in [0, {MAX_MEM_LEN}]")
         if self.clamp_len < -1:
-            raise ValueError(f"--clamp_len={self.clamp_len} must be -1 (no clamping) or more")
+            raise ConfigError(f"--clamp_len={self.clamp_len} must be -1 (no clamping) or more")
         for name in ("init_std", "init_range"):
             if not 0 < getattr(self, name) < math.inf:
-                raise ValueError(f"--{name}={getattr(self, name)} must be a positive number")
+                raise ConfigError(f"--{name}={getattr(self, name)} must be a positive number")
 
     @classmethod
     def from_json(cls, path: str) -> RunConfig:
         """Reads the fields this class knows; a run_config.json may also hold data-side keys
         (seq_len, perm_size, num_predict, bsz_per_core) that belong to the input pipeline."""
-        with open(path) as fp:
-            data = json.load(fp)
+        data = save_dir.read_json(path)  # bad JSON: one line for the user
         return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls) if field.name in data})
 
 
@@ -496,7 +495,7 @@ class XLNet(tf.Module):
         cfg, run, dtype = self.config, self.run, self.compute_dtype
         qlen, bsz = tf.shape(inp_k)[0], tf.shape(inp_k)[1]
         if run.bi_data and inp_k.shape[1] is not None and inp_k.shape[1] % 2:
-            raise ValueError(f"bi_data needs an even batch (forward + backward halves), got {inp_k.shape[1]}")
+            raise ConfigError(f"bi_data needs an even batch (forward + backward halves), got {inp_k.shape[1]}")
         if mems is not None:
             mems = [tf.cast(mem, dtype) for mem in mems]
         mlen = tf.shape(mems[0])[0] if mems is not None else 0

@@ -19,6 +19,7 @@ continues its rows from step to step.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -33,8 +34,8 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from xlnet_data.common import fileio, save_dir, stopping, validation
-from xlnet_data.common.records import RecordError, read_examples
-from xlnet_data.datagen.config import ConfigError
+from xlnet_data.common.errors import ConfigError, UserError
+from xlnet_data.common.record_reader import RecordError, read_numbered_examples
 from xlnet_data.datagen.generated import Position, check_cache
 from xlnet_data.pretrain import checkpoints, hf
 from xlnet_data.pretrain.cache_input import CacheFeed
@@ -299,13 +300,31 @@ def uses_xla(jit_compile: str, strategy: tf.distribute.Strategy) -> bool:
         tf.DeviceSpec.from_string(device).device_type == "GPU" for device in strategy.extended.worker_devices)
 
 
-def sum_in_graph_order() -> None:
-    """Makes a step on CPU repeat bit for bit, and so a resumed run equal an uninterrupted one. TensorFlow's
-    AddN kernel reuses whichever input buffer is free first as its output and adds the others to it: with three
-    or more terms the order of the sum, and its rounding, follows the thread schedule (1 gradient in a few
-    hundred then differs in the last bit). Grappler's arithmetic optimizer turns chains of two-term adds into
-    such AddNs, so it is turned off for the process (its cost on the step: BENCHMARKS.md)."""
+@contextlib.contextmanager
+def sum_in_graph_order():
+    """Within the block, a step on CPU repeats bit for bit, and so a resumed run equals an uninterrupted one.
+    TensorFlow's AddN kernel reuses whichever input buffer is free first as its output and adds the others to
+    it: with three or more terms the order of the sum, and its rounding, follows the thread schedule (1 gradient
+    in a few hundred then differs in the last bit). Grappler's arithmetic optimizer turns chains of two-term
+    adds into such AddNs, so it is off for the functions first run in the block (its cost on the step:
+    BENCHMARKS.md). The setting is the process's: the caller's is put back after the block."""
+    before = tf.config.optimizer.get_experimental_options().get("arithmetic_optimization")  # None: the default
     tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+    try:
+        yield
+    finally:
+        tf.config.optimizer.set_experimental_options({"arithmetic_optimization": before})
+
+
+@contextlib.contextmanager
+def tensor_float_32(enabled: bool):
+    """Within the block GPUs run float32 matmuls in TF32 or not (a process setting; the caller's is put back)."""
+    before = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(enabled)
+    try:
+        yield
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(before)
 
 
 class Trainer:
@@ -500,14 +519,14 @@ def find_damage(record_dir: str, cfg: TrainConfig) -> Optional[RecordError]:
     read with the CRC checks: what a failed read of the input pipeline ran into."""
     for path in find_records(record_dir, cfg.data).filenames:
         try:
-            for _ in read_examples(path, cfg.data.seq_len, cfg.model.n_token):
+            for _ in read_numbered_examples(path, cfg.data.seq_len, cfg.model.n_token):
                 pass
         except RecordError as err:
             return err
     return None
 
 
-class DivergedError(ValueError):
+class DivergedError(UserError, ValueError):
     """The loss (or the gradient) became non-finite, or a loss passed --max_loss: the run stops, without a
     checkpoint of those weights."""
 
@@ -546,7 +565,7 @@ def _say_if_a_better_checkpoint_goes(cfg: TrainConfig, step: int, loss: Optional
                     min(better)[0], name, loss)
 
 
-class DamagedRecordsError(ValueError):
+class DamagedRecordsError(UserError, ValueError):
     """Training met a record it cannot read; the message names the file, the record and the byte."""
 
 
@@ -717,16 +736,14 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
     stop_after: end after that many steps of this run without a final checkpoint, as if
       the job were killed (to test resuming).
     """
-    with stopping.SignalNote() as stop:
+    # Full float32 matmuls on GPUs unless asked (TF32 keeps 10 bits of mantissa: ~1e-3 off the original).
+    with stopping.SignalNote() as stop, sum_in_graph_order(), tensor_float_32(cfg.tf32):
         return _train(cfg, stop, strategy, permutation, stop_after)
 
 
 def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.distribute.Strategy],
            permutation: Optional[PermutationFn], stop_after: Optional[int]) -> TrainResult:
     check_records(cfg)
-    # Full float32 matmuls on GPUs unless asked (TF32 keeps 10 bits of mantissa: ~1e-3 off the original).
-    tf.config.experimental.enable_tensor_float_32_execution(cfg.tf32)
-    sum_in_graph_order()
     strategy = strategy or make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
     chief = strategy.extended.should_checkpoint  # multi-worker: only the chief writes
     _check_model_dir(cfg, chief)

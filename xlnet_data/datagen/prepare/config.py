@@ -2,6 +2,8 @@
 
 import dataclasses
 
+from xlnet_data.common.errors import UserError
+
 FORMATS = ("auto", "text", "jsonl", "parquet")
 # How a plain-text file holds documents and paragraphs.
 TEXT_LAYOUTS = {
@@ -12,7 +14,7 @@ TEXT_LAYOUTS = {
 }
 
 
-class PrepareError(ValueError):
+class PrepareError(UserError, ValueError):
     """A problem the user can fix: a flag, an input file (named with its line or row), the output directory."""
 
 
