@@ -210,6 +210,7 @@ def _replay(case_id):
                          ids=lambda case_id: f"{case_id}-seed{SEED}")
 def test_random_corpus_and_flags_match_the_original(cases, case_id):
     from xlnet_data import create_records
+    from xlnet_data.datagen.plan import CreateError
 
     config, case_dir = cases[case_id]
     config = dataclasses.replace(config, input_glob=str(case_dir / "input" / "*.txt"), sp_path=str(XLNET_SPM),
@@ -218,7 +219,11 @@ def test_random_corpus_and_flags_match_the_original(cases, case_id):
     want_records, want_infos, original_errors = _records_the_original_kept(case_dir / "original")
     for error in original_errors:  # the original fails on a task whose files hold no line at all
         assert "need at least one array to concatenate" in error, f"{error}\n{where}"
-    create_records(config, num_workers=1)
+    try:
+        create_records(config, num_workers=1)
+    except CreateError as err:  # an empty corpus is one error here (issue 27); the original fails on it
+        assert "the corpus is empty" in str(err) and original_errors and not want_infos, f"{err}\n{where}"
+        return
     got_records = read_save_dir(case_dir / "ours")
     got_infos = {name: info for name, info in record_infos(case_dir / "ours").items() if info[0] > 0}
     assert sorted(got_records) == sorted(want_records), where
