@@ -35,6 +35,29 @@ def make_corpus(path, size_mb, one_line=True):
     path.write_text(line + "\nA short sentence after it.\nAnd another one.\n", encoding="utf-8")
 
 
+
+def median_create_times(args, input_glob, save_dir_prefix, flags):
+    """Median wall and CPU seconds of args.repeat runs of create on core 0 (inf for a run past args.timeout)."""
+    times, cpu_times = [], []
+    for i in range(args.repeat):
+        start, children = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        try:
+            run = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "xlnet_data.create",
+                                  f"--input_glob={input_glob}", f"--sp_path={args.sp_path}",
+                                  f"--save_dir={save_dir_prefix}-{i}", *flags],
+                                 cwd=args.root, env={"PYTHONPATH": args.root, "PATH": "/usr/bin:/bin"},
+                                 capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            times.append(float("inf"))
+            cpu_times.append(float("inf"))
+            continue
+        if run.returncode != 0:
+            sys.exit(run.stderr[-2000:])
+        times.append(time.time() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_times.append(after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime)
+    return statistics.median(times), statistics.median(cpu_times)
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes_mb", default="1,4,16,50")
@@ -48,25 +71,7 @@ def main():
         for size, one_line in ((int(s), one) for s in args.sizes_mb.split(",") for one in (True, False)):
             corpus = Path(tmp) / f"{size}-{one_line}.txt"
             make_corpus(corpus, size, one_line)
-            times, cpu_times = [], []
-            for i in range(args.repeat):
-                start, children = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
-                try:
-                    run = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "xlnet_data.create",
-                                          f"--input_glob={corpus}", f"--sp_path={args.sp_path}",
-                                          f"--save_dir={tmp}/out{size}-{one_line}-{i}", *FLAGS],
-                                         cwd=args.root, env={"PYTHONPATH": args.root, "PATH": "/usr/bin:/bin"},
-                                         capture_output=True, text=True, timeout=args.timeout)
-                except subprocess.TimeoutExpired:
-                    times.append(float("inf"))
-                    cpu_times.append(float("inf"))
-                    continue
-                if run.returncode != 0:
-                    sys.exit(run.stderr[-2000:])
-                times.append(time.time() - start)
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                cpu_times.append(after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime)
-            seconds, cpu = statistics.median(times), statistics.median(cpu_times)
+            seconds, cpu = median_create_times(args, str(corpus), f"{tmp}/out{size}-{one_line}", FLAGS)
             kind = "one line" if one_line else "20 words a line"
             print(f"| {size} | {kind} | {seconds:.1f} | {cpu:.1f} | {cpu / size:.2f} |", flush=True)
 

@@ -11,13 +11,10 @@ milliseconds per file. --root runs another checkout's create (e.g. the commit be
 """
 
 import argparse
-import resource
-import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench_long_line import median_create_times  # the timed runs, as bench_long_line times them
 
 ROOT = Path(__file__).resolve().parents[1]
 LINES = 30
@@ -47,25 +44,7 @@ def main():
         for count in map(int, args.counts.split(",")):
             corpus = Path(tmp) / f"c{count}"
             make_corpus(corpus, count)
-            times, cpu_times = [], []
-            for i in range(args.repeat):
-                start, children = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
-                try:
-                    run = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "xlnet_data.create",
-                                          f"--input_glob={corpus}/*.txt", f"--sp_path={args.sp_path}",
-                                          f"--save_dir={tmp}/out{count}-{i}", *FLAGS],
-                                         cwd=args.root, env={"PYTHONPATH": args.root, "PATH": "/usr/bin:/bin"},
-                                         capture_output=True, text=True, timeout=args.timeout)
-                except subprocess.TimeoutExpired:
-                    times.append(float("inf"))
-                    cpu_times.append(float("inf"))
-                    continue
-                if run.returncode != 0:
-                    sys.exit(run.stderr[-2000:])
-                times.append(time.time() - start)
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                cpu_times.append(after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime)
-            seconds, cpu = statistics.median(times), statistics.median(cpu_times)
+            seconds, cpu = median_create_times(args, f"{corpus}/*.txt", f"{tmp}/out{count}", FLAGS)
             print(f"| {count} | {seconds:.1f} | {cpu:.1f} | {1000 * cpu / count:.2f} |", flush=True)
 
 
