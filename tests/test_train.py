@@ -40,13 +40,17 @@ def records(sample_spm, tmp_path_factory):
     return _create(sample_spm, tmp_path_factory.mktemp("records") / "big", SAMPLE_CORPUS / "*.txt")
 
 
-@pytest.fixture(scope="module")
-def small_records(sample_spm, tmp_path_factory):
-    """A save_dir from the first 40 lines of one book: a few dozen steps."""
+def make_small_records(sample_spm, tmp_path_factory):
+    """A save_dir from the first 40 lines of one book: 17 steps of 8 rows (bi_data) of 64 tokens."""
     text_dir = tmp_path_factory.mktemp("small_text")
     lines = (SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:40]
     (text_dir / "emma.txt").write_text("\n".join(lines) + "\n")
     return _create(sample_spm, tmp_path_factory.mktemp("records") / "small", text_dir / "*.txt")
+
+
+@pytest.fixture(scope="module")
+def small_records(sample_spm, tmp_path_factory):
+    return make_small_records(sample_spm, tmp_path_factory)
 
 
 def tiny_config(record_dir, model_dir, **changes):

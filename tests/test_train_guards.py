@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 from conftest import SAMPLE_CORPUS, run_module
-from test_train import _create, tiny_config
+from test_train import make_small_records, tiny_config
 from test_train_faults import _checkpoint_tensors, _one_line, _train_args
 
 from xlnet_data.common.errors import ConfigError
@@ -19,11 +19,7 @@ from xlnet_data.pretrain import training as T
 
 @pytest.fixture(scope="module")
 def small_records(sample_spm, tmp_path_factory):
-    """A save_dir from the first 40 lines of one book: 17 steps of 8 rows (bi_data) of 64 tokens."""
-    text_dir = tmp_path_factory.mktemp("small_text")
-    lines = (SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:40]
-    (text_dir / "emma.txt").write_text("\n".join(lines) + "\n")
-    return _create(sample_spm, tmp_path_factory.mktemp("records") / "small", text_dir / "*.txt")
+    return make_small_records(sample_spm, tmp_path_factory)
 
 
 def _files(model_dir):
