@@ -248,4 +248,3 @@ class Encoder:
         else:
             flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=int(lengths.sum()))
         return flat, lengths
-
