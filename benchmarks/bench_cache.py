@@ -73,8 +73,8 @@ def pin(core):
 def bench_generator(args, work):
     import json
 
-    from xlnet_data.common import save_dir as layout
-    from xlnet_data.datagen import generated
+    from xlnet_data.dataformat import save_dir as layout
+    from xlnet_data.dataformat.examples import generated
     corpus = make_corpus(work / "corpus", args.size_mb)
     pin(args.core)
     import tensorflow as tf
@@ -86,13 +86,15 @@ def bench_generator(args, work):
         info = json.loads(Path(info_path).read_text())
         record_file = info["filenames"][0]
         # The same unit, cache-backed: its record_info as --write_records=false writes it.
-        from xlnet_data.datagen import token_cache, units
-        unit = generated.cache_unit(info_path, {**info, units.TOKEN_CACHE: {}}, info["num_batch"])
+        import dataclasses
+
+        from xlnet_data.dataformat import record_info, token_cache
+        unit = generated.cache_unit(info_path, {**info, record_info.TOKEN_CACHE_KEY: {}}, info["num_batch"])
         key = next(Path(out, "token_cache").glob("*.json")).name.split(".")[1]
-        cache_index = token_cache.read_index(unit.config, unit.config.task, key)
-        unit = generated.CacheUnit(info_path, info["num_batch"], unit.config,
-                                   token_cache.cache_reference(unit.config, cache_index))
-        records = info["num_batch"] * unit.config.bsz_per_host
+        cache_index = token_cache.read_index(unit.save_dir, unit.unit.task, key)
+        unit = dataclasses.replace(unit, reference=token_cache.cache_reference(unit.save_dir, unit.sp_path,
+                                                                               cache_index))
+        records = info["num_batch"] * unit.settings.bsz_per_host
         gen, setup, read, walls, skips = [], [], [], [], []
         list(generated.GeneratedStream([unit], repeat=False).chunks())  # untimed: compiled code loaded, files cached
         for _ in range(args.rounds):

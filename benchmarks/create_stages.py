@@ -33,7 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_create
 
 from xlnet_data.common import fileio
-from xlnet_data.datagen import corpus, job, text, token_cache, units
+from xlnet_data.dataformat import token_cache
+from xlnet_data.dataformat.examples import loop
+from xlnet_data.datagen import corpus, encode, job, text, units
 from xlnet_data.datagen.config import CreateConfig
 
 
@@ -93,7 +95,7 @@ def _timed_generator(name, fn):
 
 STAGES = [  # (module, attribute, stage name): create's stages, outermost first
     (job, "create_records", "rest: plan, lock, JSON, cache removal"),
-    (token_cache, "encode_task", "encode stage rest: cache packing"),
+    (encode, "encode_task", "encode stage rest: cache packing"),
     (corpus, "read_shard", "read_shard rest: sentence flags"),
     (corpus, "_encode_block", "strip, blank lines"),
     (corpus, "preprocess_texts", "normalise (text.py)"),
@@ -101,9 +103,9 @@ STAGES = [  # (module, attribute, stage name): create's stages, outermost first
     (sentencepiece.SentencePieceProcessor, "encode", "SentencePiece encode"),
     (units, "run_unit", "unit rest: layout, record_info"),
     (token_cache, "read_stream", "token cache read back"),
-    (token_cache.EncodedTask, "stream", "stream from memory (one pass)"),
-    (units, "row_boundaries", "sentence boundaries of the rows"),
-    (units, "_write_steps", "pass: pairing, masking, records (compiled)"),
+    (encode.EncodedTask, "stream", "stream from memory (one pass)"),
+    (loop, "row_boundaries", "sentence boundaries of the rows"),
+    (loop, "_write_steps", "pass: pairing, masking, records (compiled)"),
     (fileio, "write_array", "file writes (cache and records)"),
 ]
 

@@ -38,7 +38,7 @@ def golden_flags(case_dir):
 
 def read_save_dir(save_dir, seq_len=None):
     """{tfrecords base name (without .gz): [features dict, ...]} of a save_dir."""
-    from xlnet_data.common import record_reader
+    from xlnet_data.dataformat import record_reader
     out = {}
     for path in sorted(glob.glob(os.path.join(save_dir, "tfrecords", "*.tfrecords*"))):
         name = os.path.basename(path)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from conftest import GOLDEN, golden_flags, needs_shared
 
-from xlnet_data.datagen import generated
+from xlnet_data.dataformat.examples import generated
+from xlnet_data.dataformat.token_cache import TokenCacheError
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.job import create_records
-from xlnet_data.datagen.token_cache import TokenCacheError
 from xlnet_data.pretrain import inputs as ip
 
 CASES = sorted(p.name for p in GOLDEN.glob("g*")) if GOLDEN.is_dir() else []
@@ -92,7 +92,7 @@ def test_the_cache_gives_the_golden_records_batches_over_whole_passes(cache_dirs
 @needs_shared
 def test_a_cache_units_records_are_createss_bytes(cache_dirs, tmp_path):
     """The serialized records themselves: those create writes with the same flags (g3: two TPU cores, bi)."""
-    from xlnet_data.common import record_reader
+    from xlnet_data.dataformat import record_reader
     save_dir, config = cache_dirs["g3_tpu_cores"]
     create_records(dataclasses.replace(config, save_dir=str(tmp_path), write_records=True), num_workers=1)
     for info_path in sorted(Path(save_dir, "tfrecords").glob("record_info-*.json")):
@@ -214,5 +214,5 @@ def test_corpus_info_is_checked_against_the_cache(cache_dirs, tmp_path, sample_s
 
 def test_the_compiled_loop_releases_the_gil():
     """The input pipeline runs it in a tf.data thread beside the training step: compiled with numba's nogil."""
-    from xlnet_data.datagen import units
-    assert units._write_steps.targetoptions.get("nogil") is True
+    from xlnet_data.dataformat.examples import loop
+    assert loop._write_steps.targetoptions.get("nogil") is True

@@ -14,8 +14,8 @@ import tensorflow as tf
 from conftest import ROOT, SAMPLE_CORPUS
 from test_train import tiny_config
 
-from xlnet_data.common import records as R
-from xlnet_data.datagen import generated
+from xlnet_data.dataformat import records as R
+from xlnet_data.dataformat.examples import generated
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.job import create_records
 from xlnet_data.pretrain import checkpoints

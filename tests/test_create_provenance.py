@@ -72,7 +72,7 @@ def two_by_two(corpus, sample_spm, tmp_path_factory):
 # ---- provenance ----
 
 def test_every_unit_records_its_flags_files_model_and_size(two_by_two, corpus, sample_spm):
-    from xlnet_data.datagen import provenance
+    from xlnet_data.dataformat import provenance
     info_paths = sorted((two_by_two / "tfrecords").glob("record_info-train-1-*.json"))
     assert len(info_paths) == 2
     for info_path in info_paths:
@@ -160,8 +160,8 @@ def test_a_run_with_other_data_flags_is_refused_naming_the_first_runs_flags(text
 
 
 def test_train_and_dump_refuse_a_save_dir_holding_units_of_two_runs(two_by_two, tmp_path):
-    from xlnet_data.common import validation
-    from xlnet_data.common.save_dir import SaveDirError
+    from xlnet_data.dataformat import validation
+    from xlnet_data.dataformat.save_dir import SaveDirError
     mixed = tmp_path / "mixed"
     shutil.copytree(two_by_two, mixed)
     info_path = sorted((mixed / "tfrecords").glob("record_info-train-1-1.*.json"))[0]

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from conftest import G1, ROOT, SHARED, g1_file
 
-from xlnet_data.common.records import FEATURES
-from xlnet_data.common.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, is_start_piece
-from xlnet_data.datagen import inspection
+from xlnet_data.dataformat import inspection
+from xlnet_data.dataformat.records import FEATURES
+from xlnet_data.dataformat.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, is_start_piece
 
 SPM = SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"
 
@@ -49,7 +49,7 @@ def tf_count_until_error(tf, path):
 def sp():
     if not SPM.is_file():
         pytest.skip(f"SentencePiece model not found at {SPM}")
-    from xlnet_data.common.vocab import load_sentencepiece
+    from xlnet_data.dataformat.vocab import load_sentencepiece
     return load_sentencepiece(str(SPM))
 
 

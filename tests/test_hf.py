@@ -19,7 +19,7 @@ import pytest
 from conftest import SAMPLE_CORPUS, SHARED, XLNET_SPM, needs_shared, run_module
 from test_modeling import _no_tensor_float_32  # noqa: F401  (autouse: full float32 matmuls on GPUs too)
 
-from xlnet_data.common import hf_tokenizer
+from xlnet_data.dataformat import hf_tokenizer
 from xlnet_data.datagen.text import Encoder, preprocess_texts
 from xlnet_data.pretrain import checkpoints, hf
 from xlnet_data.pretrain import inputs as ip
@@ -499,7 +499,7 @@ def test_tokenizer_gives_creates_pieces_in_eleven_languages(language_spm, uncase
     import tokenizers
     from transformers import AutoTokenizer
 
-    from xlnet_data.common.vocab import load_sentencepiece
+    from xlnet_data.dataformat.vocab import load_sentencepiece
 
     want = _create_ids(load_sentencepiece(language_spm), TOKENIZER_LINES, uncased, keep_accents)
     assert not any(0 in ids for ids in want)  # no <unk>: every character is a piece
@@ -541,7 +541,7 @@ def test_tokenizer_settings_of_other_directories_and_the_records_check(tmp_path)
 def _check_tokenizer_matches_create(sp_path, uncased, directory):
     from transformers import AutoTokenizer
 
-    from xlnet_data.common.vocab import load_sentencepiece
+    from xlnet_data.dataformat.vocab import load_sentencepiece
 
     tokenizer = AutoTokenizer.from_pretrained(str(_write_tokenizer(directory, sp_path, uncased, False)))
     lines = [line for path in sorted(SAMPLE_CORPUS.glob("*.txt")) for line in path.read_text().splitlines()

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 from conftest import SHARED, needs_shared
 
-from xlnet_data.common import save_dir
-from xlnet_data.common.vocab import CLS_ID, SEP_ID
+from xlnet_data.dataformat import save_dir
+from xlnet_data.dataformat.vocab import CLS_ID, SEP_ID
 from xlnet_data.pretrain import inputs as ip
 
 FEATURE_KEYS = {"input_k", "input_q", "seg_id", "perm_mask", "target", "target_mask", "target_mapping", "label"}

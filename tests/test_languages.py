@@ -15,8 +15,8 @@ import pytest
 import sentencepiece as spm
 from conftest import run_module
 
-from xlnet_data.common import record_reader
-from xlnet_data.common.vocab import UNK_ID
+from xlnet_data.dataformat import record_reader
+from xlnet_data.dataformat.vocab import UNK_ID
 from xlnet_data.datagen import tokenizer
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.job import MARKS_WARNING_SHARE, create_records

@@ -6,7 +6,6 @@ import ast
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 from conftest import ROOT, SAMPLE_CORPUS
 
@@ -32,34 +31,50 @@ def _imported_modules(path):
             yield node.module
 
 
-def test_the_record_making_library_never_imports_tensorflow():
-    for path in sorted((PACKAGE / "datagen").rglob("*.py")):
+def test_the_record_making_library_and_the_data_format_never_import_tensorflow():
+    for path in sorted((PACKAGE / "datagen").rglob("*.py")) + sorted((PACKAGE / "dataformat").rglob("*.py")):
         tf_imports = [name for name in _imported_modules(path) if name.split(".")[0] in ("tensorflow", "keras")]
         assert not tf_imports, (path, tf_imports)
-    # And at run time: importing every datagen (prepare/ included) and common module loads neither TensorFlow
-    # nor pretrain/.
+    # And at run time: importing every datagen (prepare/ included), dataformat and common module loads neither
+    # TensorFlow nor pretrain/.
     modules = [".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-               for sub in ("datagen", "common") for p in sorted((PACKAGE / sub).rglob("*.py"))]
-    assert "xlnet_data.datagen.prepare.readers" in modules
+               for sub in ("datagen", "dataformat", "common") for p in sorted((PACKAGE / sub).rglob("*.py"))]
+    assert {"xlnet_data.datagen.prepare.readers", "xlnet_data.dataformat.examples.generated"} <= set(modules)
     result = run_python(f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
                         "print(sorted(m for m in sys.modules if m.startswith(('tensorflow', 'xlnet_data.pretrain'))))")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
 
+# Each room imports only from itself and the rooms below it: common/ (plumbing) below dataformat/ (what a
+# save_dir holds), below datagen/ and pretrain/ side by side, below the command modules.
+LAYERS = {
+    "common": ("xlnet_data.common",),
+    "dataformat": ("xlnet_data.common", "xlnet_data.dataformat"),
+    "datagen": ("xlnet_data.common", "xlnet_data.dataformat", "xlnet_data.datagen"),
+    "pretrain": ("xlnet_data.common", "xlnet_data.dataformat", "xlnet_data.pretrain"),
+}
+
+
 def test_the_layers_import_downwards_only():
-    """common/ is below both libraries and imports neither; datagen/ (prepare/ included) never imports
-    pretrain/; neither imports a command module. Imports inside functions count too."""
-    allowed = {"common": ("xlnet_data.common",), "datagen": ("xlnet_data.common", "xlnet_data.datagen")}
-    checked = 0
-    for folder, prefixes in allowed.items():
+    """common/ imports no other room; dataformat/ only common/; datagen/ (prepare/ included) and pretrain/
+    never import each other; none imports a command module. Imports inside functions count too."""
+    checked = {}
+    for folder, prefixes in LAYERS.items():
         for path in sorted((PACKAGE / folder).rglob("*.py")):
             ours = [name for name in _imported_modules(path) if name.split(".")[0] == "xlnet_data"]
             upward = [name for name in ours if not name.startswith(tuple(p + "." for p in prefixes))
                       and name not in prefixes]
             assert not upward, (str(path.relative_to(ROOT)), upward)
-            checked += bool(ours)
-    assert checked > 20  # the walk saw the package's own imports
+            checked[folder] = checked.get(folder, 0) + bool(ours)
+    assert all(checked.get(folder) for folder in LAYERS) and sum(checked.values()) > 30, checked  # the walk saw them
+
+
+def test_dump_needs_only_the_data_format():
+    """dump reads records, cache-backed units and corpus_info through dataformat/ alone."""
+    ours = {name for name in _imported_modules(PACKAGE / "dump.py") if name.split(".")[0] == "xlnet_data"}
+    assert ours and all(name.startswith(("xlnet_data.common", "xlnet_data.dataformat")) or name == "xlnet_data.cli"
+                        or name == "xlnet_data" for name in ours), ours
 
 
 def test_import_xlnet_data_is_cheap_and_the_api_resolves_lazily():
@@ -146,24 +161,28 @@ def test_every_relative_link_of_the_readme_and_docs_leads_to_a_file_and_heading(
     assert not broken, broken
 
 
-def test_the_compiled_code_cache_is_keyed_on_every_compiled_source(tmp_path, monkeypatch):
+def test_the_compiled_code_cache_is_keyed_on_the_package_code(tmp_path, monkeypatch):
     """numba checks a cached function against its own file only; a change to a function it inlines from
-    another file (units._write_steps inlines records.put_record) must lead to another cache folder."""
+    another file (loop._write_steps inlines records.put_record), to a constant it reads (vocab.CLS_ID), or
+    compiled code moved to a new folder must each lead to another cache folder."""
     import shutil
 
     from xlnet_data.common import compiled
     package = tmp_path / "xlnet_data"
-    for folder in ("common", "datagen"):
-        shutil.copytree(Path(compiled._PACKAGE) / folder, package / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(compiled._PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(compiled, "_PACKAGE", str(package))
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
     before = compiled._cache_dir()
     assert before.startswith(str(tmp_path / "cache"))
     assert compiled._cache_dir() == before
-    with open(package / "common" / "records.py", "a") as f:
-        f.write("\n# a change\n")
-    after_records = compiled._cache_dir()
-    assert after_records != before
-    with open(package / "common" / "crc32c.py", "a") as f:  # put_record inlines masked_crc32c from here
-        f.write("\n# a change\n")
-    assert compiled._cache_dir() not in (before, after_records)
+    seen = {before}
+    for changed in ("dataformat/records.py", "dataformat/crc32c.py", "dataformat/vocab.py",
+                    "dataformat/examples/loop.py"):
+        with open(package / changed, "a") as f:
+            f.write("\n# a change\n")
+        key = compiled._cache_dir()
+        assert key not in seen, changed
+        seen.add(key)
+    (package / "new_room").mkdir()
+    shutil.move(package / "dataformat" / "examples" / "masking.py", package / "new_room" / "masking.py")
+    assert compiled._cache_dir() not in seen

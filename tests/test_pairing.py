@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xlnet_data.datagen.pairing import row_boundaries, split_a_and_b
-from xlnet_data.datagen.rng import next_uint32, python_state
+from xlnet_data.dataformat.examples.pairing import row_boundaries, split_a_and_b
+from xlnet_data.dataformat.examples.rng import next_uint32, python_state
 
 
 def walk_split(sent_ids, begin_idx, tot_len, rand):

@@ -10,6 +10,7 @@ import numba
 from conftest import SAMPLE_CORPUS
 
 from xlnet_data.common import compiled, memory
+from xlnet_data.dataformat.examples import loop
 from xlnet_data.datagen import local_runner
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.job import create_records
@@ -66,7 +67,6 @@ def test_create_records_and_train_in_process_leave_the_process_settings_alone(sa
 
 
 def test_the_compiled_code_cache_is_set_per_function_not_for_the_process():
-    from xlnet_data.datagen import units
 
     assert numba.config.CACHE_DIR == os.environ.get("NUMBA_CACHE_DIR", "")  # numba's own, from the environment
-    assert units._write_steps._cache._cache_path.startswith(compiled.CACHE_DIR + os.sep)
+    assert loop._write_steps._cache._cache_path.startswith(compiled.CACHE_DIR + os.sep)

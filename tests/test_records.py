@@ -1,4 +1,4 @@
-"""Tests of the TFRecord reader in xlnet_data.common.records: framing, CRCs, gzip and the example schema.
+"""Tests of the TFRecord reader in xlnet_data.dataformat.records: framing, CRCs, gzip and the example schema.
 
 Most records here are written by records.put_record (the writer `create` uses); the reader
 is also checked against TensorFlow's own parse of the g1 golden.
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from conftest import G1, ROOT, SHARED, g1_file
 
-from xlnet_data.common import crc32c, record_reader, records
-from xlnet_data.common.record_reader import RecordError, SchemaError
-from xlnet_data.common.records import FEATURES
-from xlnet_data.common.vocab import CLS_ID, SEP_ID
+from xlnet_data.dataformat import crc32c, record_reader, records
+from xlnet_data.dataformat.record_reader import RecordError, SchemaError
+from xlnet_data.dataformat.records import FEATURES
+from xlnet_data.dataformat.vocab import CLS_ID, SEP_ID
 
 needs_g1 = pytest.mark.skipif(not (G1 / "expected").is_dir(), reason=f"golden g1_blog not found under {SHARED}")
 
@@ -133,7 +133,7 @@ def test_every_varint_length_round_trips(tmp_path, large):
 def test_reading_never_imports_tensorflow(tmp_path):
     path = tmp_path / "r.tfrecords.gz"
     path.write_bytes(gzip.compress(encode(random_examples(3))))
-    code = ("import sys; from xlnet_data.common import record_reader; "
+    code = ("import sys; from xlnet_data.dataformat import record_reader; "
             f"assert len(list(record_reader.read_numbered_examples({str(path)!r}))) == 3; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
     res = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),

@@ -5,8 +5,8 @@ import random
 import numpy as np
 import pytest
 
-from xlnet_data.datagen import rng
-from xlnet_data.datagen.masking import ngram_cdf
+from xlnet_data.dataformat.examples import rng
+from xlnet_data.dataformat.examples.masking import ngram_cdf
 
 
 @pytest.mark.parametrize("seed", [0, 1, 101, 12345])

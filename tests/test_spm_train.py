@@ -11,7 +11,7 @@ import sys
 import pytest
 import sentencepiece as spm
 
-from xlnet_data.common import vocab
+from xlnet_data.dataformat import vocab
 from xlnet_data.datagen import tokenizer
 from xlnet_data.datagen.text import preprocess_texts
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from conftest import XLNET_SPM, needs_shared
 
-from xlnet_data.common.vocab import EOD_ID, load_sentencepiece
-from xlnet_data.datagen import corpus, layout, text
+from xlnet_data.dataformat.examples import layout
+from xlnet_data.dataformat.vocab import EOD_ID, load_sentencepiece
+from xlnet_data.datagen import corpus, text
 
 
 def original_preprocess(line, lower):

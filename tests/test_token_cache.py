@@ -9,7 +9,8 @@ from conftest import GOLDEN, golden_flags, needs_shared, run_module
 from test_beam import needs_beam
 from test_golden import assert_same_records
 
-from xlnet_data.datagen import corpus, token_cache
+from xlnet_data.dataformat import save_dir, token_cache
+from xlnet_data.datagen import corpus, encode
 from xlnet_data.datagen.config import CreateConfig
 
 
@@ -18,13 +19,13 @@ def id_file(path, lines):
     path.write_text("".join(" ".join(map(str, line)) + "\n" for line in lines))
 
 
-def encode(tmp_path, sample_spm, files, **settings):
+def encode_files(tmp_path, sample_spm, files, **settings):
     """Encodes `files` as task 0 (ids input); returns (config, cache key)."""
     import sentencepiece as spm
     config = CreateConfig(input_glob="unused", sp_path=sample_spm, save_dir=str(tmp_path / "out"), from_raw_text=False,
                           **settings)
-    key = token_cache.cache_key(config, files)
-    token_cache.encode_task(config, 0, files, key, spm.SentencePieceProcessor(model_file=sample_spm))
+    key = encode.cache_key(config, files)
+    encode.encode_task(config, 0, files, key, spm.SentencePieceProcessor(model_file=sample_spm))
     return config, key
 
 
@@ -32,11 +33,11 @@ def test_shards_are_flipped_so_that_files_never_merge_sentences(tmp_path, sample
     id_file(tmp_path / "a.txt", [[1], [2]])             # flags True, False
     id_file(tmp_path / "b.txt", [[3, 4], [5]])          # True, True, False
     id_file(tmp_path / "c.txt", [[6, 7]])               # True, True
-    config, key = encode(tmp_path, sample_spm, [str(tmp_path / n) for n in ("a.txt", "b.txt", "c.txt")])
-    index = token_cache.read_index(config, 0, key)
-    ids, flags = token_cache.read_stream(config, index, [0, 1, 2])
+    config, key = encode_files(tmp_path, sample_spm, [str(tmp_path / n) for n in ("a.txt", "b.txt", "c.txt")])
+    index = token_cache.read_index(config.save_dir, 0, key)
+    ids, flags = token_cache.read_stream(config.save_dir, index, [0, 1, 2])
     assert ids.tolist() == [1, 2, 3, 4, 5, 6, 7] and flags.tolist() == [True, False, True, True, False, True, True]
-    ids, flags = token_cache.read_stream(config, index, [2, 0, 1])  # c ends True, a starts True: a flipped
+    ids, flags = token_cache.read_stream(config.save_dir, index, [2, 0, 1])  # c ends True, a starts True: a flipped
     assert ids.tolist() == [6, 7, 1, 2, 3, 4, 5]
     assert flags.tolist() == [True, True, False, True, False, False, True]
 
@@ -51,8 +52,8 @@ def test_read_stream_equals_the_files_concatenated_at_any_bit_offset(tmp_path, s
         shards.append(corpus.read_shard(str(tmp_path / f"f{i}.txt"), None, from_raw_text=False, uncased=False,
                                         use_eod=True, vocab_size=1000))
     monkeypatch.setattr(token_cache, "FLAG_PIECE_TOKENS", 16)
-    config, key = encode(tmp_path, sample_spm, [str(tmp_path / f"f{i}.txt") for i in range(5)])
-    index = token_cache.read_index(config, 0, key)
+    config, key = encode_files(tmp_path, sample_spm, [str(tmp_path / f"f{i}.txt") for i in range(5)])
+    index = token_cache.read_index(config.save_dir, 0, key)
     order = [3, 0, 4, 2, 1]
     want_ids, want_flags, prev_last = [], [], None
     for i in order:  # the rule, written out: a file starting with the previous file's last flag is inverted
@@ -62,15 +63,15 @@ def test_read_stream_equals_the_files_concatenated_at_any_bit_offset(tmp_path, s
         want_ids += np.concatenate(shards[i].ids).tolist()
         want_flags += flags.tolist()
         prev_last = flags[-1]
-    ids, flags = token_cache.read_stream(config, index, order)
+    ids, flags = token_cache.read_stream(config.save_dir, index, order)
     assert ids.tolist() == want_ids and flags.tolist() == want_flags
-    data_path, _ = token_cache.save_dir.token_cache_paths(config.save_dir, 0, key)
+    data_path, _ = save_dir.token_cache_paths(config.save_dir, 0, key)
     tokens = len(want_ids)
     assert os.path.getsize(data_path) <= 4 * tokens + tokens / 8 + len(order)  # ids, packed flags, padding
 
 
 def test_a_task_encoded_in_memory_gives_the_stream_and_counts_of_its_cache(tmp_path, sample_spm):
-    """A task's one unit takes its stream from memory (token_cache.EncodedTask): the same as the cache's, for
+    """A task's one unit takes its stream from memory (encode.EncodedTask): the same as the cache's, for
     files of odd sizes and one without tokens, in any order."""
     import sentencepiece as spm
     rng = np.random.default_rng(1)
@@ -81,15 +82,15 @@ def test_a_task_encoded_in_memory_gives_the_stream_and_counts_of_its_cache(tmp_p
         files.append(str(tmp_path / f"f{i}.txt"))
     (tmp_path / "empty.txt").write_text("\n\n")
     files.insert(2, str(tmp_path / "empty.txt"))
-    config, key = encode(tmp_path, sample_spm, files, use_eod=False)
-    index = token_cache.read_index(config, 0, key)
+    config, key = encode_files(tmp_path, sample_spm, files, use_eod=False)
+    index = token_cache.read_index(config.save_dir, 0, key)
     for order in ([0, 1, 2, 3], [3, 1, 0, 2], [2, 3, 1, 0]):
-        encoded = token_cache.encode_in_memory(config, 0, files, spm.SentencePieceProcessor(model_file=sample_spm))
+        encoded = encode.encode_in_memory(config, 0, files, spm.SentencePieceProcessor(model_file=sample_spm))
         assert encoded.index.skipped_files == index.skipped_files == 1
         assert encoded.index.shards == [{k: v for k, v in shard.items() if not k.endswith("_offset")}
                                         for shard in index.shards]
         ids, flags = encoded.stream(order)
-        want_ids, want_flags = token_cache.read_stream(config, index, order)
+        want_ids, want_flags = token_cache.read_stream(config.save_dir, index, order)
         assert ids.tolist() == want_ids.tolist() and flags.tolist() == want_flags.tolist()
 
 
@@ -97,14 +98,14 @@ def test_a_changed_file_model_or_flag_gives_another_key_and_a_found_cache_is_not
                                                                                                 caplog):
     id_file(tmp_path / "a.txt", [[1, 2], [3]])
     files = [str(tmp_path / "a.txt")]
-    config, key = encode(tmp_path, sample_spm, files)
+    config, key = encode_files(tmp_path, sample_spm, files)
     caplog.set_level("INFO", logger="xlnet_data")
-    assert encode(tmp_path, sample_spm, files)[1] == key
+    assert encode_files(tmp_path, sample_spm, files)[1] == key
     assert "task 0: token cache found (3 tokens); not encoded again" in caplog.text
-    assert token_cache.cache_key(config.__class__(**{**config.__dict__, "use_eod": False}), files) != key
+    assert encode.cache_key(config.__class__(**{**config.__dict__, "use_eod": False}), files) != key
     id_file(tmp_path / "a.txt", [[1, 2], [4]])  # same size: the modification time tells
     os.utime(tmp_path / "a.txt", ns=(1, 1))
-    assert token_cache.cache_key(config, files) != key
+    assert encode.cache_key(config, files) != key
 
 
 MULTI_PASS = GOLDEN / "g6_num_passes"  # --num_passes=3, bi_data; expected = the original's three runs

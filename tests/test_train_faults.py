@@ -18,8 +18,8 @@ import tensorflow as tf
 from conftest import ROOT, SAMPLE_CORPUS, run_module
 from test_train import TINY_SHAPE, _create, tiny_config
 
-from xlnet_data.common import record_reader, validation
-from xlnet_data.common.save_dir import SaveDirError
+from xlnet_data.dataformat import record_reader, validation
+from xlnet_data.dataformat.save_dir import SaveDirError
 from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import training as T
 

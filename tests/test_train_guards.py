@@ -41,7 +41,8 @@ def test_a_non_finite_loss_stops_training_naming_the_step_without_a_checkpoint_o
         "model.ckpt-1.data-00000-of-00001", "model.ckpt-1.index"]
 
     # The records' model is in run_config.json: export_hf refuses to ship another tokenizer.
-    from xlnet_data.datagen import provenance, tokenizer
+    from xlnet_data.dataformat import provenance
+    from xlnet_data.datagen import tokenizer
     run_config = tmp_path / "m" / "run_config.json"
     assert json.loads(run_config.read_text())["sp_model_sha256"] == [provenance.sha256_of(sample_spm)]
     other = tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(

@@ -40,12 +40,11 @@ import sys
 
 import numpy as np
 
-from xlnet_data.common import save_dir, validation
-from xlnet_data.common import vocab as _vocab
 from xlnet_data.common.errors import UserError
-from xlnet_data.common.record_reader import parse_example, read_records
-from xlnet_data.datagen import generated, provenance
-from xlnet_data.datagen.inspection import (
+from xlnet_data.dataformat import provenance, save_dir, validation
+from xlnet_data.dataformat import vocab as _vocab
+from xlnet_data.dataformat.examples import generated
+from xlnet_data.dataformat.inspection import (
     SETTING_KEYS,
     InspectionError,
     UnkCounter,
@@ -61,6 +60,7 @@ from xlnet_data.datagen.inspection import (
     resolve_settings,
     resolve_sp_path,
 )
+from xlnet_data.dataformat.record_reader import parse_example, read_records
 
 # =====================================================================================
 # The command line (absl flags live only here).

@@ -18,9 +18,8 @@ import sys
 from absl import flags
 
 from xlnet_data import cli
-from xlnet_data.common import save_dir
 from xlnet_data.common.errors import ConfigError, UserError
-from xlnet_data.datagen import provenance
+from xlnet_data.dataformat import provenance, save_dir
 
 FLAGS = flags.FLAGS
 _RUN_FLAGS = ("mem_len", "reuse_len", "bi_data", "clamp_len", "same_length")

@@ -14,8 +14,9 @@ import sys
 from absl import flags
 
 from xlnet_data import cli
-from xlnet_data.common import save_dir, stopping
+from xlnet_data.common import stopping
 from xlnet_data.common.errors import ConfigError, UserError
+from xlnet_data.dataformat import save_dir
 from xlnet_data.pretrain import data_settings
 
 FLAGS = flags.FLAGS

@@ -1,9 +1,10 @@
-"""The compiled loops' decorator (`@compiled.jit()`) and numba's on-disk cache, keyed on every source file.
+"""The compiled loops' decorator (`@compiled.jit()`) and numba's on-disk cache, keyed on the package's code.
 
 numba checks a cached function only against its own file, but a function that calls compiled functions of
-other files (units._write_steps inlines records.put_record, masking.sample_mask, the rng draws, ...) has
-their code built in: after those files change, the cache would go on running their old code. So the cache
-lives in a folder named after a hash of the package's compiled-code sources and numba's version, under
+other files (loop._write_steps inlines records.put_record, masking.sample_mask, the rng draws, ...) or reads
+their constants (vocab.CLS_ID) has their code built in: after those files change, the cache would go on
+running their old code. So the cache lives in a folder named after a hash of every source file of the
+package (wherever compiled code is moved, its code is in the key) and numba's version, under
 NUMBA_CACHE_DIR, or else the user's cache folder (~/.cache/xlnet-data/numba/<hash>). numba reads its
 CACHE_DIR setting when a function is decorated: it is set for that moment only, and the process's (a
 caller's own numba functions) is left as it was.
@@ -15,16 +16,22 @@ import os
 import numba
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_SOURCE_FOLDERS = ("common", "datagen")  # where the @compiled.jit functions are
+
+
+def _source_files():
+    """The package's .py files, relative to it, sorted."""
+    found = []
+    for folder, dirs, names in os.walk(_PACKAGE):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        found += [os.path.relpath(os.path.join(folder, name), _PACKAGE) for name in names if name.endswith(".py")]
+    return sorted(found)
 
 
 def _cache_dir():
     digest = hashlib.sha256(numba.__version__.encode())
-    for folder in _SOURCE_FOLDERS:
-        for name in sorted(os.listdir(os.path.join(_PACKAGE, folder))):
-            if name.endswith(".py"):
-                with open(os.path.join(_PACKAGE, folder, name), "rb") as f:
-                    digest.update(f"{folder}/{name}\0".encode() + f.read() + b"\0")
+    for name in _source_files():
+        with open(os.path.join(_PACKAGE, name), "rb") as f:
+            digest.update(name.encode() + b"\0" + f.read() + b"\0")
     base = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "xlnet-data", "numba")
     return os.path.join(base, digest.hexdigest()[:16])

@@ -1,7 +1,7 @@
 """The Beam runner: a plan's units as the elements of an Apache Beam pipeline (Direct, Dataflow, Flink, Spark).
 
 Two stages, as the local runner: each task with units to run is one element of the encode stage
-(`token_cache.encode_task`: its files encoded once into a token cache in save_dir), which then emits
+(`encode.encode_task`: its files encoded once into a token cache in save_dir), which then emits
 the task's (task, pass) units; each unit is one element, run by the same `units.run_unit` as the local
 runner and written to the same file names. Outputs are atomic and a unit's record_info is written last, so a
 retried element rewrites identical files, and a re-run of a failed pipeline skips the complete units
@@ -15,8 +15,9 @@ import importlib.util
 import logging
 import shlex
 
-from xlnet_data.common.vocab import load_sentencepiece
-from xlnet_data.datagen import token_cache, units
+from xlnet_data.dataformat import record_info
+from xlnet_data.dataformat.vocab import load_sentencepiece
+from xlnet_data.datagen import encode, units
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import CreateError, Plan, unit_is_complete
 
@@ -81,7 +82,7 @@ def _encode_task_fn(beam, config, plan):
 
         def process(self, element):
             task, files, key = element
-            token_cache.encode_task(config, task, files, key, self.sp)
+            encode.encode_task(config, task, files, key, self.sp)
             for unit, _ in plan.units:
                 if unit.task == task:
                     yield unit, key
@@ -102,7 +103,7 @@ def _run_unit_fn(beam, config, plan):
             result = units.run_unit(config, unit, key, self.sp, made_from=plan.made_from.get(unit.task))
             if result.skipped:
                 log.warning("task %d pass %d: %s", unit.task, unit.pass_id, result.skipped)
-            for field in units.COUNTS:
+            for field in record_info.COUNTS:
                 Metrics.counter(_NAMESPACE, _metric(unit, field)).inc(getattr(result, field))
             log.info("task %d pass %d: %d records written", unit.task, unit.pass_id, result.records)
 
@@ -127,7 +128,8 @@ def _results(config, todo, counters):
         if unit_is_complete(config, unit):
             results.append(units.recorded_result(config, unit))
             continue
-        result = units.UnitResult(unit, **{field: (counters or {}).get(_metric(unit, field), 0) for field in units.COUNTS})
+        result = units.UnitResult(unit, **{field: (counters or {}).get(_metric(unit, field), 0)
+                                           for field in record_info.COUNTS})
         result.skipped = "nothing written: too few tokens for one batch (see the workers' log)"
         results.append(result)
     return results

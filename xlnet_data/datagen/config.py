@@ -6,6 +6,7 @@ from typing import Optional
 
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.common.fileio import is_remote
+from xlnet_data.dataformat.examples.loop import num_predict_parts
 
 SPLITS = ("train", "dev", "test")
 SPAN_UNITS = ("piece", "word")
@@ -56,12 +57,6 @@ class CreateConfig:
     def tot_len(self) -> int:
         """Room for A and B: seq_len minus the memory part, two <sep> and one <cls>."""
         return self.seq_len - self.reuse_len - 3
-
-    @property
-    def num_predict_parts(self):
-        """Mask goals of the memory part and of the A/B part (the original's split)."""
-        second = self.num_predict // 2
-        return self.num_predict - second, second
 
     @property
     def tasks(self):
@@ -119,7 +114,7 @@ class CreateConfig:
             raise ConfigError(
                 f"--mask_alpha={self.mask_alpha} must be >= --mask_beta={self.mask_beta} "
                 "(about mask_beta of every mask_alpha tokens are masked)")
-        goal_mem, goal_ab = self.num_predict_parts
+        goal_mem, goal_ab = num_predict_parts(self.num_predict)
         if goal_mem > self.reuse_len or goal_ab > self.seq_len - self.reuse_len:
             raise ConfigError(
                 f"--num_predict={self.num_predict} does not fit: {goal_mem} masks in the memory part of "

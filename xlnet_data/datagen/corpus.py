@@ -12,7 +12,7 @@ import numpy as np
 
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
-from xlnet_data.common.vocab import EOD_ID, UNK_ID
+from xlnet_data.dataformat.vocab import EOD_ID, UNK_ID
 from xlnet_data.datagen.text import Encoder, StrippedMarks, preprocess_texts
 
 log = logging.getLogger("xlnet_data")

@@ -6,8 +6,10 @@ import os
 from collections.abc import Sequence
 from typing import Optional
 
-from xlnet_data.common import fileio, run_lock, save_dir
-from xlnet_data.datagen import generated, token_cache
+from xlnet_data.common import fileio
+from xlnet_data.dataformat import save_dir
+from xlnet_data.dataformat.examples import generated
+from xlnet_data.datagen import run_lock
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import CreateError, make_plan, prepare_save_dir
 from xlnet_data.datagen.units import UnitResult
@@ -28,7 +30,7 @@ class CreateSummary:
 
     @property
     def input_counts(self) -> dict:
-        """units.input_counts of every file the run read, each once (the passes of a task share its files)."""
+        """record_info.input_counts of every file the run read, each once (the passes of a task share its files)."""
         merged = {}
         for result in self.units:
             merged.update(result.input_counts)
@@ -106,10 +108,10 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
             # save_dir output is this run's, even one whose worker died before it could remove it.
             run_lock.remove_stale_temporaries(config.save_dir)
             raise
-        # Each task's encoded files, read by all its passes (see token_cache); kept while cache-backed units
+        # Each task's encoded files, read by all its passes (see datagen/encode.py); kept while cache-backed units
         # (--write_records=false) of the save_dir need them.
         if not keep_cache and config.write_records and not generated.find_cache_units(config.save_dir):
-            token_cache.remove(config)
+            save_dir.remove_token_caches(config.save_dir, config.tasks)
         if results and not any(r.tokens for r in results):
             _remove_corpus_info_without_units(config)
             raise CreateError(f"the corpus is empty: the files of --input_glob={config.input_glob} hold no token "

@@ -6,8 +6,9 @@ import os
 
 from xlnet_data.common import memory, workers
 from xlnet_data.common.progress import Progress
-from xlnet_data.common.vocab import load_sentencepiece
-from xlnet_data.datagen import token_cache, units
+from xlnet_data.dataformat import token_cache
+from xlnet_data.dataformat.vocab import load_sentencepiece
+from xlnet_data.datagen import encode, units
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import Plan
 
@@ -29,8 +30,8 @@ def _report_records(records):
 
 def _encode_task(config, task, files, key, encode_threads):
     sp = load_sentencepiece(config.sp_path)
-    return token_cache.encode_task(config, task, files, key, sp, encode_threads=encode_threads,
-                                   on_progress=_report_progress)
+    return encode.encode_task(config, task, files, key, sp, encode_threads=encode_threads,
+                              on_progress=_report_progress)
 
 
 def _run_unit(config, unit, key, made_from):
@@ -39,10 +40,10 @@ def _run_unit(config, unit, key, made_from):
 
 
 def _encode_and_run_unit(config, unit, files, key, made_from, encode_threads):
-    """A task's only unit, from its files encoded in memory (no token cache: see token_cache.EncodedTask)."""
+    """A task's only unit, from its files encoded in memory (no token cache: see encode.EncodedTask)."""
     sp = load_sentencepiece(config.sp_path)
-    encoded = token_cache.encode_in_memory(config, unit.task, files, sp, encode_threads=encode_threads,
-                                           on_progress=_report_progress)
+    encoded = encode.encode_in_memory(config, unit.task, files, sp, encode_threads=encode_threads,
+                                      on_progress=_report_progress)
     return units.run_unit(config, unit, key, sp, on_records=_report_records, encoded=encoded, made_from=made_from)
 
 
@@ -60,8 +61,9 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None, keep_cache=Fal
     encode_threads = max(1, cores // max(1, min(num_workers, len(encode_jobs))))
     units_of_task = collections.Counter(unit.task for unit, _ in todo)
     inputs = {task: (files, key) for task, files, key in encode_jobs}
-    in_memory = set() if keep_cache or not config.write_records else {task for task, (_, key) in inputs.items()
-                                          if units_of_task[task] == 1 and token_cache.read_index(config, task, key) is None}
+    in_memory = set() if keep_cache or not config.write_records else {
+        task for task, (_, key) in inputs.items()
+        if units_of_task[task] == 1 and token_cache.read_index(config.save_dir, task, key) is None}
     single_jobs = [(config, unit, *inputs[unit.task], plan.made_from.get(unit.task), encode_threads)
                    for unit, _ in todo if unit.task in in_memory]
     encode_jobs = [(config, task, files, key, encode_threads) for task, (files, key) in inputs.items()

@@ -8,11 +8,13 @@ import dataclasses
 import logging
 import os
 
-from xlnet_data.common import fileio, save_dir, validation
+from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
-from xlnet_data.common.record_reader import RecordError
-from xlnet_data.common.vocab import load_sentencepiece
-from xlnet_data.datagen import corpus, provenance, token_cache, tokenizer, units
+from xlnet_data.dataformat import provenance, record_info, save_dir, token_cache, validation
+from xlnet_data.dataformat.examples.loop import Unit
+from xlnet_data.dataformat.record_reader import RecordError
+from xlnet_data.dataformat.vocab import load_sentencepiece
+from xlnet_data.datagen import corpus, encode, tokenizer, units
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.corpus import InputError
 
@@ -26,7 +28,7 @@ class CreateError(UserError):
 @dataclasses.dataclass
 class Plan:
     corpus_info: dict
-    units: list[tuple[units.Unit, list[str]]]  # (unit, its files) still to run
+    units: list[tuple[Unit, list[str]]]  # (unit, its files) still to run
     input_bytes: int
     token_caches: dict[int, str] = dataclasses.field(default_factory=dict)  # task -> its cache key, tasks to run
     made_from: dict[int, dict] = dataclasses.field(default_factory=dict)  # task -> provenance.made_from, tasks to run
@@ -67,8 +69,9 @@ def unit_is_complete(config, unit):
         created = {**validation.ABSENT_MEANS, **created}
     if created != units.record_settings(config):
         raise CreateError(f"{info_path} was written with other flags; use another --save_dir, or --overwrite")
-    if units.TOKEN_CACHE in info:  # cache-backed: complete while its cache is there, and if no records are asked
-        return not config.write_records and token_cache.referenced_cache_exists(config, info[units.TOKEN_CACHE])
+    if record_info.is_cache_backed(info):  # complete while its cache is there, and if no records are asked
+        return not config.write_records and token_cache.referenced_cache_exists(
+            config.save_dir, info[record_info.TOKEN_CACHE_KEY])
     if not config.write_records or not fileio.exists(record_path):
         return False
     made_from = info.get(provenance.MADE_FROM)
@@ -167,7 +170,7 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
         else:
             todo.append((unit, files))
     task_files = {unit.task: files for unit, files in todo}  # each task's files are read once, for all passes
-    token_caches = {task: token_cache.cache_key(config, files, model_sha256) for task, files in task_files.items()}
+    token_caches = {task: encode.cache_key(config, files, model_sha256) for task, files in task_files.items()}
     made_from = {task: provenance.made_from(files, model_sha256) for task, files in task_files.items()}
     return Plan(info, todo, sum(_size(p) for files in task_files.values() for p in files), token_caches, made_from)
 

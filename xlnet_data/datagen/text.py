@@ -8,8 +8,8 @@ import unicodedata
 
 import numpy as np
 
-from xlnet_data.common import vocab
-from xlnet_data.common.vocab import SPIECE_UNDERLINE
+from xlnet_data.dataformat import vocab
+from xlnet_data.dataformat.vocab import SPIECE_UNDERLINE
 
 
 def _other_spaces(below):

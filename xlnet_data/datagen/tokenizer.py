@@ -24,8 +24,9 @@ from typing import Optional
 import numpy as np
 import sentencepiece as spm
 
-from xlnet_data.common import fileio, vocab, workers
+from xlnet_data.common import fileio, workers
 from xlnet_data.common.errors import UserError
+from xlnet_data.dataformat import vocab
 from xlnet_data.datagen import corpus
 from xlnet_data.datagen.text import preprocess_texts
 

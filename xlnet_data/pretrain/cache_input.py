@@ -1,7 +1,7 @@
 """The training input of a cache-backed save_dir (create --write_records=false): the records made in the pipeline.
 
 `generated_records` is the tf.data source that stands in for reading the records files: the serialized records,
-one element each, in stream order, made from the token cache by create's own loop (datagen/generated.py), so
+one element each, in stream order, made from the token cache by create's own loop (dataformat/examples/generated.py), so
 the batches parsed from them are those the records would give, bit for bit. The loop is compiled without the
 GIL (numba nogil): it runs in a tf.data thread beside the training step, and the source prefetches ahead.
 A chunk of steps (a few MB of records) is one element, cut into records by tf.strings.substr.
@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from xlnet_data.datagen.generated import CacheUnit, GeneratedStream, Position
+from xlnet_data.dataformat.examples.generated import CacheUnit, GeneratedStream, Position
 
 PREFETCH_CHUNKS = 2  # chunks made ahead of the one being read
 

@@ -12,9 +12,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from xlnet_data.common import save_dir, validation
 from xlnet_data.common.errors import ConfigError
-from xlnet_data.datagen import generated
+from xlnet_data.dataformat import save_dir, validation
+from xlnet_data.dataformat.examples import generated
 
 # flag -> corpus_info.json key
 DATA_FLAGS = {"train_batch_size": "bsz_per_host", "num_core_per_host": "num_core_per_host", "seq_len": "seq_len",
@@ -72,7 +72,7 @@ def data_settings(record_dirs, given: Mapping[str, Any], defaults: Mapping[str, 
 def check_vocabulary(hf_dir, record_dirs):
     """A Transformers directory's spiece.model must be the records' SentencePiece model (corpus_info.json's
     sp_path), where both files are there to compare."""
-    from xlnet_data.common import hf_tokenizer
+    from xlnet_data.dataformat import hf_tokenizer
     ours = os.path.join(hf_dir, "spiece.model")
     for _, info_path in record_dirs:
         sp_path = save_dir.read_json(info_path).get("sp_path") if info_path else None

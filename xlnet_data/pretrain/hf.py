@@ -1,7 +1,7 @@
 """Hugging Face Transformers' XLNet: our checkpoints to a `from_pretrained` directory, and back.
 
 A directory holds `config.json` (Transformers' XLNetConfig), `model.safetensors` (the weights under
-Transformers' parameter names) and the tokenizer files (common/hf_tokenizer.py). Both ways need only
+Transformers' parameter names) and the tokenizer files (dataformat/hf_tokenizer.py). Both ways need only
 numpy and safetensors (and TensorFlow to read our checkpoints): neither PyTorch nor Transformers.
 
 How the names map (ours are the original's, see modeling.variable_shapes; L = layer):
@@ -31,8 +31,9 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from xlnet_data.common import fileio, hf_tokenizer
+from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
+from xlnet_data.dataformat import hf_tokenizer
 from xlnet_data.pretrain import checkpoints
 from xlnet_data.pretrain.modeling import RunConfig, XLNetConfig, variable_shapes
 

@@ -42,10 +42,10 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from xlnet_data.common import save_dir, validation
 from xlnet_data.common.errors import ConfigError
-from xlnet_data.common.vocab import CLS_ID, SEP_ID
-from xlnet_data.datagen import generated
+from xlnet_data.dataformat import record_info, save_dir, validation
+from xlnet_data.dataformat.examples import generated
+from xlnet_data.dataformat.vocab import CLS_ID, SEP_ID
 from xlnet_data.pretrain import cache_input
 
 # (indices in the stream of a batch's consecutive examples [n] int64 tensor, part 0 = first
@@ -133,7 +133,7 @@ def find_records(record_info_dir: str, config: InputConfig) -> RecordInfo:
             info = save_dir.read_json(info_path)
             batches = validation.read_num_batch(info_path, info)
             num_batch += batches
-            if generated.is_cache_backed(info):
+            if record_info.is_cache_backed(info):
                 cache_units.append(generated.cache_unit(info_path, info, batches))
                 continue
             files = save_dir.record_files(info_path, info)

@@ -35,8 +35,9 @@ from typing import NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
-from xlnet_data.common import fileio, save_dir
+from xlnet_data.common import fileio
 from xlnet_data.common.errors import ConfigError
+from xlnet_data.dataformat import save_dir
 from xlnet_data.pretrain import checkpoints
 
 _ACTIVATIONS = ("relu", "gelu")

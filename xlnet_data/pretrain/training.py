@@ -33,10 +33,11 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from xlnet_data.common import fileio, save_dir, stopping, validation
+from xlnet_data.common import fileio, stopping
 from xlnet_data.common.errors import ConfigError, UserError
-from xlnet_data.common.record_reader import RecordError, read_numbered_examples
-from xlnet_data.datagen.generated import Position, check_cache
+from xlnet_data.dataformat import save_dir, validation
+from xlnet_data.dataformat.examples.generated import Position, check_cache
+from xlnet_data.dataformat.record_reader import RecordError, read_numbered_examples
 from xlnet_data.pretrain import checkpoints, hf
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.inputs import InputConfig, PermutationFn, find_records, parse_batches, record_batches

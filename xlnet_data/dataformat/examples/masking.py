@@ -13,7 +13,7 @@ n whole words, as the paper describes, and tops up with whole words too, so no s
 import numpy as np
 
 from xlnet_data.common import compiled
-from xlnet_data.datagen.rng import next_double, numpy_randint
+from xlnet_data.dataformat.examples.rng import next_double, numpy_randint
 
 MAX_GRAM = 5
 

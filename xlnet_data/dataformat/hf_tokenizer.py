@@ -28,8 +28,9 @@ import os
 import struct
 from typing import NamedTuple, Optional
 
-from xlnet_data.common import fileio, vocab
-from xlnet_data.common.vocab import SPECIAL_SYMBOLS, SPIECE_UNDERLINE, VocabError
+from xlnet_data.common import fileio
+from xlnet_data.dataformat import vocab
+from xlnet_data.dataformat.vocab import SPECIAL_SYMBOLS, SPIECE_UNDERLINE, VocabError
 
 TOKENIZER_FILES = ("spiece.model", "tokenizer.json", "tokenizer_config.json")
 # Transformers' converter lowers pieces that end in digit + comma by this much (see the docstring).

@@ -11,10 +11,10 @@ from typing import Optional
 
 import numpy as np
 
-from xlnet_data.common import record_reader, save_dir
 from xlnet_data.common.errors import UserError
-from xlnet_data.common.records import FEATURES
-from xlnet_data.common.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, SPIECE_UNDERLINE, UNK_ID
+from xlnet_data.dataformat import record_reader, save_dir
+from xlnet_data.dataformat.records import FEATURES
+from xlnet_data.dataformat.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, SPIECE_UNDERLINE, UNK_ID
 
 # =====================================================================================
 # Pure functions: one example's structure, checks and text; statistics over many.
@@ -492,7 +492,7 @@ class InspectionError(UserError):
 
 
 def parse_record_filename(name):
-    """Settings encoded in a records file name (common/save_dir.py's scheme), or {} if it has none."""
+    """Settings encoded in a records file name (save_dir.py's scheme), or {} if it has none."""
     parsed = save_dir.parse_name(name)
     if parsed is None:
         return {}

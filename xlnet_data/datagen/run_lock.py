@@ -19,8 +19,9 @@ import os
 import re
 import socket
 
-from xlnet_data.common import fileio, save_dir
+from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
+from xlnet_data.dataformat import save_dir
 
 log = logging.getLogger("xlnet_data")
 

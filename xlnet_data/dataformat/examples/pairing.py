@@ -10,7 +10,7 @@ search or a closed form, with the same results and the same random draws.
 import numpy as np
 
 from xlnet_data.common import compiled
-from xlnet_data.datagen.rng import next_double, python_randbelow
+from xlnet_data.dataformat.examples.rng import next_double, python_randbelow
 
 
 @compiled.jit()

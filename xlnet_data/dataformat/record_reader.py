@@ -7,9 +7,10 @@ import zlib
 
 import numpy as np
 
-from xlnet_data.common import crc32c, fileio
+from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
-from xlnet_data.common.records import FEATURES
+from xlnet_data.dataformat import crc32c
+from xlnet_data.dataformat.records import FEATURES
 
 
 class RecordError(UserError, ValueError):

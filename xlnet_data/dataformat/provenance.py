@@ -21,7 +21,8 @@ import hashlib
 import logging
 from typing import Optional
 
-from xlnet_data.common import fileio, save_dir
+from xlnet_data.common import fileio
+from xlnet_data.dataformat import save_dir
 
 log = logging.getLogger("xlnet_data")
 

@@ -15,9 +15,9 @@ damaged further in is found by the CRC check of whoever reads it.
 import os
 from typing import Optional
 
-from xlnet_data.common import save_dir
-from xlnet_data.common.record_reader import RecordError, count_records, parse_example, read_records
-from xlnet_data.common.save_dir import SaveDirError
+from xlnet_data.dataformat import save_dir
+from xlnet_data.dataformat.record_reader import RecordError, count_records, parse_example, read_records
+from xlnet_data.dataformat.save_dir import SaveDirError
 
 # corpus_info.json's fields that a record_info's file name encodes too (RecordSettings' fields).
 _NAMED_FIELDS = ("bsz_per_host", "seq_len", "reuse_len", "bi_data", "uncased", "mask_alpha", "mask_beta", "num_predict")
@@ -172,7 +172,7 @@ def check_record_files(paths: list[str]) -> None:
 
 def check_units_agree(tfrecords_dir: str) -> Optional[str]:
     """Every record_info of a tfrecords/ folder names the same data flags (`create_settings`) and the same
-    SentencePiece model (`made_from`'s model_sha256, see datagen/provenance.py): units of two runs of create
+    SentencePiece model (`made_from`'s model_sha256, see provenance.py): units of two runs of create
     would be read as one corpus. SaveDirError names two that differ. Returns the model's sha256, or None
     where no record_info records it (an older create)."""
     first: dict = {}

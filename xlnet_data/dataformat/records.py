@@ -10,7 +10,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from xlnet_data.common import compiled
-from xlnet_data.common.crc32c import masked_crc32c
+from xlnet_data.dataformat.crc32c import masked_crc32c
 
 # Feature names and order as the original writes them; all int64 lists.
 FEATURES = ("input", "is_masked", "target", "seg_id", "label")

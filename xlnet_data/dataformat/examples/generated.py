@@ -1,9 +1,9 @@
 """A cache-backed save_dir's records, made on demand: the bytes create would have written, without writing them.
 
 `create --write_records=false` keeps each task's token cache and writes, per (task, pass) unit, a record_info
-whose `token_cache` entry names the cache (units.TOKEN_CACHE) and whose `num_batch` is the count of the records
-it would hold. Here a unit's records are made again by the loop that writes them (units.UnitLoop: the same
-stream, seeds `100 * task + pass_id`, pairing and masking), so they are create's, byte for byte. train_gpu
+whose `token_cache` entry names the cache (record_info.TOKEN_CACHE_KEY) and whose `num_batch` is the count of
+the records it would hold. Here a unit's records are made again by the loop that writes them (loop.UnitLoop:
+the same stream, seeds `100 * task + pass_id`, pairing and masking), so they are create's, byte for byte. train_gpu
 feeds them to its input pipeline (pretrain/cache_input.py) and dump shows them; both read them through
 GeneratedStream, which walks the units in stream order, a chunk of steps at a time, and remembers where its
 random streams stood at the start of recent chunks, so that a checkpoint can hold the position (`Position`)
@@ -12,6 +12,7 @@ and a resumed run start there instead of at the start of the pass. No TensorFlow
 
 import collections
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -19,11 +20,12 @@ from typing import Optional
 
 import numpy as np
 
-from xlnet_data.common import compiled, fileio, records, save_dir
-from xlnet_data.common.vocab import load_sentencepiece, start_piece_table
-from xlnet_data.datagen import rng, token_cache, units
-from xlnet_data.datagen.config import CreateConfig
-from xlnet_data.datagen.token_cache import TokenCacheError
+from xlnet_data.common import compiled, fileio
+from xlnet_data.dataformat import record_info, records, save_dir, token_cache
+from xlnet_data.dataformat.examples import rng
+from xlnet_data.dataformat.examples.loop import ExampleSettings, Unit, UnitLoop, steps_per_chunk, unit_rows
+from xlnet_data.dataformat.token_cache import TokenCacheError
+from xlnet_data.dataformat.vocab import load_sentencepiece, start_piece_table
 
 log = logging.getLogger("xlnet_data")
 
@@ -36,52 +38,45 @@ class CacheUnit:
     """A cache-backed unit as its record_info describes it."""
     info_path: str
     num_batch: int
-    config: CreateConfig  # the unit's create config (save_dir, task and pass_id its own)
+    unit: Unit
+    settings: ExampleSettings
+    save_dir: str  # where the token cache is
+    sp_path: str  # the SentencePiece model create ran with (whole-word spans need its pieces)
     reference: dict  # record_info's token_cache entry (token_cache.cache_reference)
-
-    @property
-    def unit(self):
-        return units.Unit(self.config.task, self.config.pass_id)
-
-
-def is_cache_backed(info: dict) -> bool:
-    return units.TOKEN_CACHE in info
 
 
 def cache_unit(info_path: str, info: dict, num_batch: int) -> CacheUnit:
     """The CacheUnit of a record_info (`info`, read from `info_path`); SaveDirError when it cannot say one."""
-    settings, reference = info.get("create_settings"), info.get(units.TOKEN_CACHE)
+    settings, reference = info.get("create_settings"), info.get(record_info.TOKEN_CACHE_KEY)
     parsed = save_dir.parse_name(info_path)
     if not isinstance(settings, dict) or not isinstance(reference, dict) or parsed is None or parsed.task is None:
         raise save_dir.SaveDirError(f"{info_path}: a token_cache entry without create_settings (or a renamed file); "
                                     "re-create the unit")
-    fields = {field.name for field in dataclasses.fields(CreateConfig)}
     root = os.path.dirname(os.path.dirname(os.path.abspath(info_path)))  # save_dir/tfrecords/record_info-…
-    config = CreateConfig(**{key: value for key, value in settings.items() if key in fields}, save_dir=root,
-                          task=parsed.task, pass_id=parsed.pass_id)
-    return CacheUnit(info_path, num_batch, config, reference)
+    return CacheUnit(info_path, num_batch, Unit(parsed.task, parsed.pass_id),
+                     ExampleSettings.from_create_settings(settings), root, settings.get("sp_path", ""), reference)
 
 
 def _rerun_hint(unit: CacheUnit):
     return (f"re-run create with the same flags, --nowrite_records and --overwrite (save_dir "
-            f"{unit.config.save_dir})")
+            f"{unit.save_dir})")
 
 
 def check_cache(unit: CacheUnit) -> token_cache.CacheIndex:
     """The unit's cache index, after checking that the cache is there and is the one its record_info was counted
     from (tokens, bytes, SentencePiece model); TokenCacheError, one line naming the file, when not."""
     ref = unit.reference
-    data_path, index_path = save_dir.token_cache_paths(unit.config.save_dir, ref["task"], ref["key"])
+    data_path, index_path = save_dir.token_cache_paths(unit.save_dir, ref["task"], ref["key"])
     for path in (index_path, data_path):
         if not fileio.exists(path):
             raise TokenCacheError(f"{unit.info_path}: its token cache {path} is missing; {_rerun_hint(unit)}")
-    index = token_cache.read_index(unit.config, ref["task"], ref["key"])
+    index = token_cache.read_index(unit.save_dir, ref["task"], ref["key"])
     size = fileio.size(data_path)
     if index.tokens != ref["tokens"] or size != ref["bytes"]:
         raise TokenCacheError(f"{data_path}: stale token cache: it holds {index.tokens} tokens in {size} bytes, but "
                               f"{unit.info_path} was counted from {ref['tokens']} tokens in {ref['bytes']} bytes; "
                               f"{_rerun_hint(unit)}")
-    sp_path = unit.config.sp_path
+    sp_path = unit.sp_path
     if not fileio.exists(sp_path):
         raise TokenCacheError(f"{unit.info_path}: the SentencePiece model {sp_path} (its create_settings' sp_path, "
                               "needed to mask whole-word spans) is missing; put it back there")
@@ -91,16 +86,16 @@ def check_cache(unit: CacheUnit) -> token_cache.CacheIndex:
     return index
 
 
-def open_loop(unit: CacheUnit, vocab_size: Optional[int] = None) -> units.UnitLoop:
+def open_loop(unit: CacheUnit, vocab_size: Optional[int] = None) -> UnitLoop:
     """The unit's loop at its first step: its task's stream read back in the unit's order, laid out, seeded."""
     index = check_cache(unit)
-    config = unit.config
-    rows, random_state = units.unit_rows(config, unit.unit, index)
+    rows, random_state = unit_rows(unit.settings, unit.unit, len(index.shards),
+                                   functools.partial(token_cache.read_stream, unit.save_dir, index))
     if vocab_size is not None and rows.data.size and int(rows.data.max()) >= vocab_size:
         raise TokenCacheError(f"{unit.info_path}: its token cache holds id {int(rows.data.max())}, outside the "
                               f"vocabulary of {vocab_size}; {_rerun_hint(unit)}")
-    is_start = start_piece_table(load_sentencepiece(config.sp_path))
-    return units.UnitLoop(config, rows, is_start, rng.numpy_state(random_state), rng.python_state(unit.unit.seed))
+    is_start = start_piece_table(load_sentencepiece(unit.sp_path))
+    return UnitLoop(unit.settings, rows, is_start, rng.numpy_state(random_state), rng.python_state(unit.unit.seed))
 
 
 @compiled.jit()
@@ -150,11 +145,11 @@ class GeneratedStream:
             raise ValueError("no cache-backed unit to generate from")
         for unit in self.units:  # a missing or stale cache is one line now, not an error inside the pipeline
             check_cache(unit)
-        config = self.units[0].config
-        self.bsz = config.bsz_per_host
+        settings = self.units[0].settings
+        self.bsz = settings.bsz_per_host
         self.keep = np.ones(self.bsz, dtype=np.bool_) if keep is None else np.asarray(keep, dtype=np.bool_)
         self.repeat, self.vocab_size = repeat, vocab_size
-        self.chunk_steps = units.steps_per_chunk(config, chunk_bytes or CHUNK_BYTES)
+        self.chunk_steps = steps_per_chunk(settings.bsz_per_host, settings.seq_len, chunk_bytes or CHUNK_BYTES)
         self.ends = np.cumsum([unit.num_batch for unit in self.units])
         self.total = int(self.ends[-1])
         self._history = collections.deque(maxlen=HISTORY_CHUNKS)
@@ -192,7 +187,7 @@ class GeneratedStream:
                          unit.info_path, step - unit_start)
             resume = None
             at = self._skip(loop, unit, at, step - unit_start)
-            buf = np.empty(self.chunk_steps * self.bsz * records.max_record_bytes(unit.config.seq_len), np.uint8)
+            buf = np.empty(self.chunk_steps * self.bsz * records.max_record_bytes(unit.settings.seq_len), np.uint8)
             while at < unit.num_batch:
                 self._remember(unit_start + at, loop)
                 want = min(self.chunk_steps, unit.num_batch - at)
@@ -239,22 +234,22 @@ def find_cache_units(path: str) -> list[CacheUnit]:
     found = []
     for info_path in save_dir.record_info_paths(save_dir.tfrecords_dir(path)):
         info = save_dir.read_json(info_path)
-        if is_cache_backed(info):
+        if record_info.is_cache_backed(info):
             found.append(cache_unit(info_path, info, int(info.get("num_batch", 0))))
     return found
 
 
 def check_corpus_info(corpus_info_path: str, info: dict, unit: CacheUnit) -> None:
     """corpus_info.json against a cache-backed unit: its SentencePiece model (sp_path) is the one the cache was
-    made with, and vocab_size is that model's (the names and create_settings: common/validation.py)."""
+    made with, and vocab_size is that model's (the names and create_settings: dataformat/validation.py)."""
     sp_path = info.get("sp_path")
     if sp_path and os.path.isfile(sp_path) and token_cache.model_digest(sp_path) != unit.reference.get("sp_sha256"):
         raise TokenCacheError(f"{corpus_info_path}: sp_path={sp_path} is not the SentencePiece model "
                               f"{unit.info_path} was made with; re-create the save_dir, or fix corpus_info.json")
     vocab_size = info.get("vocab_size")
-    if vocab_size is not None and fileio.exists(unit.config.sp_path):
-        pieces = load_sentencepiece(unit.config.sp_path).get_piece_size()
+    if vocab_size is not None and fileio.exists(unit.sp_path):
+        pieces = load_sentencepiece(unit.sp_path).get_piece_size()
         if pieces != vocab_size:
             raise TokenCacheError(f"{corpus_info_path}: vocab_size={vocab_size} contradicts the token cache's "
-                                  f"SentencePiece model {unit.config.sp_path} ({pieces} pieces); re-create the "
+                                  f"SentencePiece model {unit.sp_path} ({pieces} pieces); re-create the "
                                   "save_dir, or fix corpus_info.json")

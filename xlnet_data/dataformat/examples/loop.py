@@ -1,0 +1,214 @@
+"""How a (task, pass) unit's examples are made from its task's token stream: rows → A/B pairs + masks → records.
+
+The per-example loop (pairing, masking, serialisation) runs in compiled code over chunks of steps; the random
+streams are the original's (numpy's legacy generator for the file order and the masks, Python's `random` for
+A/B), seeded with 100 * task + pass_id, so the records are the original's. create writes them
+(datagen/units.py); train_gpu and dump make a cache-backed unit's again (generated.py), so both are the same
+bytes.
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from xlnet_data.common import compiled
+from xlnet_data.dataformat import records
+from xlnet_data.dataformat.examples import layout
+from xlnet_data.dataformat.examples.masking import ngram_cdf, sample_mask
+from xlnet_data.dataformat.examples.pairing import row_boundaries, split_a_and_b
+from xlnet_data.dataformat.vocab import CLS_ID, SEP_ID
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    task: int
+    pass_id: int
+
+    @property
+    def seed(self):
+        return 100 * self.task + self.pass_id
+
+
+def num_predict_parts(num_predict: int) -> tuple[int, int]:
+    """Mask goals of the memory part and of the A/B part (the original's split)."""
+    second = num_predict // 2
+    return num_predict - second, second
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleSettings:
+    """What decides a unit's examples beyond its token stream and seed (create's flags of these names;
+    `num_core` is the cores the rows are laid out for: num_core_per_host with use_tpu, else 1)."""
+    bsz_per_host: int
+    num_core: int
+    seq_len: int
+    reuse_len: int
+    bi_data: bool
+    mask_alpha: int
+    mask_beta: int
+    num_predict: int
+    span_unit: str = "piece"
+
+    @classmethod
+    def of(cls, config) -> "ExampleSettings":
+        """The settings of a config with these fields' names (datagen's CreateConfig)."""
+        return cls(**{field.name: getattr(config, field.name) for field in dataclasses.fields(cls)})
+
+    @classmethod
+    def from_create_settings(cls, settings: dict) -> "ExampleSettings":
+        """The settings of a record_info's `create_settings` (create's flags as it ran)."""
+        num_core = settings["num_core_per_host"] if settings.get("use_tpu", True) else 1
+        return cls(**{field.name: settings[field.name] for field in dataclasses.fields(cls)
+                      if field.name not in ("num_core", "span_unit")},
+                   num_core=num_core, span_unit=settings.get("span_unit", "piece"))
+
+
+INPUT, IS_MASKED, TARGET, SEG_ID, LABEL = (records.FEATURES.index(name)
+                                          for name in ("input", "is_masked", "target", "seg_id", "label"))
+
+
+@compiled.jit(inline="always")
+def _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, after_a, after_b, label):
+    """Writes an example's features as varints (records.put_record's payloads) at `begins`; sets `ends`.
+
+    `ids` is the input: memory and A, <sep> at `a_sep`, B, <sep> at `b_sep`, <cls>; `after_a` and `after_b`
+    are the row's tokens after A and after B. The target is each input token's next one in the row: the
+    input shifted left by one, except that the tokens before the two <sep> are followed by `after_a` and
+    `after_b`, and the last <cls> by <cls>. So the target's varints are copies of the input's bytes with
+    those three put in between: 512 ids encoded once, not twice.
+    """
+    pos = records.put_varints(payloads, begins[INPUT], ids, 0, 1)
+    second_at = pos  # where the input's second varint begins; a_sep_at, b_at, b_sep_at likewise
+    pos = records.put_varints(payloads, pos, ids, 1, a_sep)
+    a_sep_at = pos
+    b_at = records.put_varints(payloads, pos, ids, a_sep, a_sep + 1)
+    b_sep_at = records.put_varints(payloads, b_at, ids, a_sep + 1, b_sep)
+    ends[INPUT] = records.put_varints(payloads, b_sep_at, ids, b_sep, ids.shape[0])
+
+    pos = records.copy_bytes(payloads, begins[TARGET], payloads, second_at, a_sep_at)
+    pos = records.put_varint(payloads, pos, after_a)
+    pos = records.copy_bytes(payloads, pos, payloads, b_at, b_sep_at)
+    pos = records.put_varint(payloads, pos, after_b)
+    pos = records.put_varint(payloads, pos, CLS_ID)
+    ends[TARGET] = records.put_varint(payloads, pos, CLS_ID)
+
+    # is_masked, seg_id and label are below 128: each value is its own varint byte. Written through views,
+    # indexed from 0: indices the compiler cannot tell are never negative made this loop 50x slower.
+    seq_len = ids.shape[0]
+    is_masked = payloads[begins[IS_MASKED]:begins[IS_MASKED] + seq_len]
+    seg_id = payloads[begins[SEG_ID]:begins[SEG_ID] + seq_len]
+    for k in range(seq_len):
+        is_masked[k] = mask[k]
+        seg_id[k] = 0 if k <= a_sep else 1 if k <= b_sep else 2  # memory, A, <sep>: 0; B, <sep>: 1; <cls>: 2
+    ends[IS_MASKED] = begins[IS_MASKED] + seq_len
+    ends[SEG_ID] = begins[SEG_ID] + seq_len
+    payloads[begins[LABEL]] = label
+    ends[LABEL] = begins[LABEL] + 1
+
+
+@compiled.jit(nogil=True)
+def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_steps, seq_len, reuse_len, goal_mem,
+                 goal_ab, mask_alpha, mask_beta, word_spans, is_start, cdf, np_mt, py_mt,
+                 keys, key_lengths, keep, buf):
+    """Serialises up to `max_steps` steps (one example per row each) from step `first_step` into `buf`.
+
+    Returns (steps written, bytes written, done). `done` is True once the rows are used up or a row
+    cannot give A/B any more; the original drops that whole step and stops there. `bounds` and
+    `bound_offsets` are the rows' sentence boundaries (pairing.row_boundaries). Only rows r with `keep[r]`
+    are serialised; the others still draw their A/B and masks, which the rows after them depend on (a
+    worker's share, pretrain/cache_input.py; a count of the steps). nogil: the training input pipeline
+    runs it beside the step.
+    """
+    bsz = source.shape[0]
+    num_rows = data.shape[0]
+    row_len = data.shape[1]
+    tot_len = seq_len - reuse_len - 3
+    ids = np.zeros(seq_len, dtype=data.dtype)
+    mask = np.zeros(seq_len, dtype=np.bool_)
+    region = records.varints_bytes_bound(seq_len)  # each feature's varints in a region of its own
+    begins = np.arange(len(records.FEATURES)) * region
+    ends = begins.copy()
+    payloads = np.zeros(len(records.FEATURES) * region, dtype=np.uint8)
+    pos = 0
+    for step in range(max_steps):
+        i = (first_step + step) * reuse_len
+        if i + seq_len > row_len:
+            return step, pos, True
+        step_start = pos
+        for r in range(bsz):
+            direction = -1 if reverse[r] else 1
+            row = data[source[r]][::direction]
+            k = source[r] + num_rows if reverse[r] else source[r]
+            ok, a_begin, a_end, b_begin, b_end, label = split_a_and_b(
+                row_len, bounds[bound_offsets[k]:bound_offsets[k + 1]], i + reuse_len, tot_len, py_mt)
+            if not ok:
+                return step, step_start, True
+            n = 0
+            for k in range(i, i + reuse_len):
+                ids[n] = row[k]
+                n += 1
+            for k in range(a_begin, a_end):
+                ids[n] = row[k]
+                n += 1
+            a_sep = n
+            ids[n] = SEP_ID
+            n += 1
+            for k in range(b_begin, b_end):
+                ids[n] = row[k]
+                n += 1
+            b_sep = n
+            ids[n], ids[n + 1] = SEP_ID, CLS_ID
+
+            for k in range(seq_len):  # not mask[:] = False: a slice assignment costs ~70 ns here
+                mask[k] = False
+            mem, ab = ids[:reuse_len], ids[reuse_len:]
+            mask_mem, mask_ab = mask[:reuse_len], mask[reuse_len:]
+            sample_mask(mem[::direction], mask_mem[::direction], is_start, goal_mem, mask_alpha, mask_beta,
+                        cdf, np_mt, word_spans)
+            sample_mask(ab[::direction], mask_ab[::direction], is_start, goal_ab, mask_alpha, mask_beta,
+                        cdf, np_mt, word_spans)
+            if keep[r]:
+                _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, row[a_end], row[b_end], label)
+                pos = records.put_record(buf, pos, payloads, begins, ends, keys, key_lengths)
+    return max_steps, pos, False
+
+
+class UnitLoop:
+    """A unit's rows as the compiled loop reads them, and its two random streams where they stand: `write` goes
+    on from there."""
+
+    def __init__(self, settings: ExampleSettings, rows: layout.Rows, is_start, np_mt, py_mt):
+        self.settings, self.rows, self.is_start, self.np_mt, self.py_mt = settings, rows, is_start, np_mt, py_mt
+        self.bounds, self.bound_offsets = row_boundaries(rows.sent_ids)
+        self.cdf = ngram_cdf()
+        self.every_row = np.ones(rows.source.shape[0], dtype=np.bool_)
+
+    @property
+    def bsz(self):
+        return self.rows.source.shape[0]
+
+    def write(self, first_step, max_steps, buf, keep=None):
+        """Up to `max_steps` steps from `first_step` (where the random streams stand) into `buf`, the rows of
+        `keep` only (default: all); returns (steps, bytes, done) as _write_steps."""
+        settings = self.settings
+        goal_mem, goal_ab = num_predict_parts(settings.num_predict)
+        return _write_steps(
+            self.rows.data, self.bounds, self.bound_offsets, self.rows.source, self.rows.reverse, first_step,
+            max_steps, settings.seq_len, settings.reuse_len, goal_mem, goal_ab, settings.mask_alpha,
+            settings.mask_beta, settings.span_unit == "word", self.is_start, self.cdf, self.np_mt, self.py_mt,
+            records.FEATURE_KEYS, records.FEATURE_KEY_LENGTHS, self.every_row if keep is None else keep, buf)
+
+
+def steps_per_chunk(bsz_per_host: int, seq_len: int, chunk_bytes: int) -> int:
+    """Steps of records that fit `chunk_bytes` (at least one)."""
+    return max(1, chunk_bytes // (bsz_per_host * records.max_record_bytes(seq_len)))
+
+
+def unit_rows(settings: ExampleSettings, unit: Unit, num_shards: int, stream: Callable):
+    """The unit's rows (its task's stream in the unit's seeded file order, laid out) and numpy's generator after
+    the file-order draw (the masks' draws follow). `stream(order)` gives the task's (ids, sent_ids) with its
+    `num_shards` files in `order` (token_cache.read_stream, or a task encoded in memory)."""
+    random_state = np.random.RandomState(unit.seed)
+    ids, sent_ids = stream(random_state.permutation(num_shards))
+    return layout.layout_rows(ids, sent_ids, settings.bsz_per_host, settings.num_core, settings.bi_data), random_state
