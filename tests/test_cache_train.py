@@ -18,7 +18,8 @@ from xlnet_data.dataformat import records as R
 from xlnet_data.dataformat.examples import generated
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.job import create_records
-from xlnet_data.pretrain import checkpoints
+from xlnet_data.pretrain import checkpoints, resume
+from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import training as T
 
 
@@ -48,7 +49,7 @@ def config(save_dir, model_dir, dropout=0.1, **changes):
 
 
 def _steps(save_dir):
-    return T.find_records(os.path.join(save_dir, "tfrecords"), tiny_config(save_dir, "unused").data).num_batch
+    return ip.find_records(os.path.join(save_dir, "tfrecords"), tiny_config(save_dir, "unused").data).num_batch
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +74,9 @@ def test_a_run_resumed_mid_pass_starts_the_generator_where_the_checkpoint_was(bo
     n = 7
     cfg = config(cache, tmp_path / "pieces", train_steps=len(whole), save_steps=n)
     first = T.train(cfg, stop_after=n + 3)
-    saved = checkpoints.read_prefixed(tf.train.latest_checkpoint(cfg.model_dir), T.STATE)
+    saved = checkpoints.read_prefixed(tf.train.latest_checkpoint(cfg.model_dir), resume.STATE)
     assert _steps(cache) > 4 * n  # two passes, each longer than n + 3: the checkpoint is mid-pass
-    assert int(saved[f"{T.STATE}source_0/generator/step"]) == n - 1  # the chunk of steps 6-7 holds step 7
+    assert int(saved[f"{resume.STATE}source_0/generator/step"]) == n - 1  # the chunk of steps 6-7 holds step 7
     with caplog.at_level(logging.INFO, logger="xlnet_data"):
         second = T.train(cfg)
     assert "making its first" not in caplog.text  # not made again from the start of the pass
@@ -147,7 +148,7 @@ def test_two_replicas_from_the_cache_give_the_records_losses(both, tmp_path):
 def test_cache_unit_positions_index_the_stream(both):
     """The stream's steps are counted as the records': unit after unit, cycling."""
     _, cache = both
-    found = T.find_records(os.path.join(cache, "tfrecords"), tiny_config(cache, "unused").data)
+    found = ip.find_records(os.path.join(cache, "tfrecords"), tiny_config(cache, "unused").data)
     stream = generated.GeneratedStream(found.cache_units)
     first = found.cache_units[0].num_batch
     assert stream._locate(0) == (0, 0) and stream._locate(first) == (1, first)

@@ -376,16 +376,16 @@ def test_export_refuses_in_one_line(trained, tmp_path):
 def test_training_records_keep_accents_for_export(tmp_path):
     """run_config.json's keep_accents is the records' (any of several); a corpus_info.json without the key (the
     original's, or older ours) means the original's stripping; no corpus_info.json, no key."""
-    from xlnet_data.pretrain import training
+    from xlnet_data.pretrain import resume
     dirs = []
     for name, info in (("old", {"vocab_size": 1000}), ("kept", {"vocab_size": 1000, "keep_accents": True})):
         (tmp_path / name / "tfrecords").mkdir(parents=True)
         (tmp_path / name / "corpus_info.json").write_text(json.dumps(info))
         dirs.append(str(tmp_path / name / "tfrecords"))
-    assert training._records_keep_accents(dirs[0]) is False
-    assert training._records_keep_accents(",".join(dirs)) is True
+    assert resume.records_keep_accents(dirs[0]) is False
+    assert resume.records_keep_accents(",".join(dirs)) is True
     (tmp_path / "bare").mkdir()
-    assert training._records_keep_accents(str(tmp_path / "bare")) is None  # not known: export_hf's flag decides
+    assert resume.records_keep_accents(str(tmp_path / "bare")) is None  # not known: export_hf's flag decides
 
 
 def test_export_of_an_original_checkpoint_reads_its_tensors(tmp_path, sample_spm):

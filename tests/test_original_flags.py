@@ -55,27 +55,32 @@ def test_every_flag_of_the_original_is_accepted_with_its_default(module, script,
 
 
 def test_train_gpu_flag_defaults_are_the_config_classes_defaults():
-    """Flags and dataclass fields of one name share a default (train_gpu restates them: taking them from the
-    classes would import TensorFlow before a wrong flag is reported); the data flags default to the records'."""
+    """train_gpu takes its flag defaults from the config classes (stated once, there): every field of a config
+    class that has a default and a flag of its name shares the flag's default (and so, by the test above, the
+    original's); the data flags fall back to InputConfig's where the records have no corpus_info.json."""
     import dataclasses
 
-    from xlnet_data import train_gpu
     from xlnet_data.pretrain import data_settings
-    from xlnet_data.pretrain.inputs import InputConfig
-    from xlnet_data.pretrain.modeling import RunConfig
-    from xlnet_data.pretrain.training import TrainConfig
+    from xlnet_data.pretrain.config import InputConfig, RunConfig, TrainConfig, XLNetConfig
 
     ours = our_flags("train_gpu")
     compared = 0
-    for cls in (TrainConfig, RunConfig):
+    for cls in (TrainConfig, RunConfig, XLNetConfig, InputConfig):
         for field in dataclasses.fields(cls):
-            if field.name in ours and field.name not in data_settings.DATA_FLAGS and \
-                    field.default is not dataclasses.MISSING:
+            if field.name in ours and field.default is not dataclasses.MISSING and (
+                    cls is InputConfig or field.name not in data_settings.DATA_FLAGS):
                 flag = ours[field.name]
                 assert (tuple(flag) if isinstance(flag, list) else flag) == field.default, (cls.__name__, field.name)
                 compared += 1
-    assert compared >= 25
-    # Without a corpus_info.json the data flags fall back to the input pipeline's defaults.
-    inputs = {field.name: field.default for field in dataclasses.fields(InputConfig)}
-    fallbacks = {name: value for name, value in train_gpu._DATA_DEFAULTS.items() if name in inputs}
-    assert len(fallbacks) == 5 and fallbacks == {name: inputs[name] for name in fallbacks}
+    assert compared >= 40
+
+
+def test_train_gpu_defines_its_flags_without_loading_tensorflow():
+    """The config classes hold no TensorFlow: a wrong flag is reported before it loads, and the Python API builds
+    a TrainConfig without it."""
+    code = ("import sys; from xlnet_data import train_gpu, export_hf; train_gpu.define_flags(); "
+            "import xlnet_data as xd; xd.TrainConfig; "
+            "print(sorted(m for m in sys.modules if m.startswith('tensorflow')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout[-2000:] + out.stderr[-2000:]

@@ -82,7 +82,7 @@ def test_import_xlnet_data_is_cheap_and_the_api_resolves_lazily():
                         "heavy = [m for m in ('tensorflow', 'numba', 'sentencepiece') if m in sys.modules]\n"
                         "print(heavy, xlnet_data.create_records.__module__, xlnet_data.TrainConfig.__module__)")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["[]", "xlnet_data.datagen.job", "xlnet_data.pretrain.training"]
+    assert result.stdout.split() == ["[]", "xlnet_data.datagen.job", "xlnet_data.pretrain.config"]
 
 
 def test_create_records_in_one_call_and_read_them_back(tmp_path, sample_spm):

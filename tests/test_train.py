@@ -16,6 +16,8 @@ import pytest
 import tensorflow as tf
 from conftest import ROOT, SAMPLE_CORPUS, SHARED, needs_shared, run_module
 
+from xlnet_data.common.errors import ConfigError
+from xlnet_data.pretrain import distribution, sources
 from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import modeling as M
 from xlnet_data.pretrain import optimization as O
@@ -176,7 +178,7 @@ def test_two_replicas_equal_each_replicas_share_on_one_device_averaged(records, 
 ])
 def test_a_step_is_split_so_each_replica_has_forward_rows_then_their_backward_rows(num_core, replicas, bi_data, want):
     host = tf.reshape(tf.range(8), [num_core, 8 // num_core])  # row ids in the records' layout
-    got = T.split_host_batch(host[..., None], replicas, bi_data)[..., 0].numpy()
+    got = sources.split_host_batch(host[..., None], replicas, bi_data)[..., 0].numpy()
     assert got.tolist() == want
 
 
@@ -185,7 +187,7 @@ def test_replica_batches_are_the_rows_of_the_records_batches(small_records, tmp_
     """Each replica's batch is, row for row, its share of make_dataset's seeded batch (replica_batches splits
     the serialized records and their permutations, then parses), also resumed and with several pipelines."""
     cfg = dataclasses.replace(tiny_config(small_records, tmp_path), seed=5)
-    shares = T.split_host_batch(tf.reshape(tf.range(8), [1, 8]), replicas, True).numpy()
+    shares = sources.split_host_batch(tf.reshape(tf.range(8), [1, 8]), replicas, True).numpy()
     local = replicas // pipelines
     for pipeline in range(pipelines):
         context = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipeline,
@@ -202,7 +204,7 @@ def test_replica_batches_are_the_rows_of_the_records_batches(small_records, tmp_
 def test_a_batch_that_cannot_be_split_is_refused(records, tmp_path):
     cfg = tiny_config(records, tmp_path)
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, bsz_per_host=3))
-    with pytest.raises(T.ConfigError, match=r"--train_batch_size=3 cannot be split over 1 replica\(s\): it must be "
+    with pytest.raises(ConfigError, match=r"--train_batch_size=3 cannot be split over 1 replica\(s\): it must be "
                                             r"a multiple of 2 \(each replica needs forward and backward rows\)"):
         T.Trainer(cfg, tf.distribute.OneDeviceStrategy("/cpu:0"))
 
@@ -233,7 +235,7 @@ def test_an_interrupted_run_resumes_where_its_checkpoint_was(records, tmp_path):
 def test_a_model_dir_of_another_model_is_refused(records, tmp_path):
     cfg = tiny_config(records, tmp_path, train_steps=1)
     T.train(cfg)
-    with pytest.raises(T.ConfigError, match=r"holds another model: d_inner=64 \(here 48\)"):
+    with pytest.raises(ConfigError, match=r"holds another model: d_inner=64 \(here 48\)"):
         T.train(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, d_inner=48)))
 
 
@@ -486,7 +488,8 @@ def test_one_cpu_device_reads_the_batches_the_distributed_iterator_gives(small_r
     def dataset_fn(context):
         return T.replica_batches(cfg.record_info_dir, cfg, 1, start_step=2, input_context=context)
 
-    plain, distributed = T._batch_iterator(strategy, dataset_fn), iter(strategy.distribute_datasets_from_function(dataset_fn))
+    plain = distribution.batch_iterator(strategy, dataset_fn)
+    distributed = iter(strategy.distribute_datasets_from_function(dataset_fn))
     assert not isinstance(plain, tf.distribute.DistributedIterator)
     for _ in range(2):
         ours, theirs = next(plain), next(distributed)

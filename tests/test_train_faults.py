@@ -18,6 +18,7 @@ import tensorflow as tf
 from conftest import ROOT, SAMPLE_CORPUS, run_module
 from test_train import TINY_SHAPE, _create, tiny_config
 
+from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import record_reader, validation
 from xlnet_data.dataformat.save_dir import SaveDirError
 from xlnet_data.pretrain import inputs as ip
@@ -160,7 +161,7 @@ def test_two_replicas_resume_exactly_too(small_records, tmp_path):
 def test_resuming_with_another_seed_is_refused(small_records, tmp_path):
     cfg = tiny_config(small_records, tmp_path / "model", train_steps=2, mem_len=0)
     T.train(cfg)
-    with pytest.raises(T.ConfigError, match=r"--seed=1, but .*model.ckpt-2 was trained with --seed=0 .*resume with "
+    with pytest.raises(ConfigError, match=r"--seed=1, but .*model.ckpt-2 was trained with --seed=0 .*resume with "
                                             r"--seed=0, or use a new --model_dir"):
         T.train(T.dataclasses.replace(cfg, seed=1, train_steps=4))
 

@@ -14,6 +14,7 @@ from test_train_faults import _checkpoint_tensors, _one_line, _train_args
 
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.pretrain import modeling as M
+from xlnet_data.pretrain import reporting, resume
 from xlnet_data.pretrain import training as T
 
 
@@ -30,7 +31,7 @@ def test_a_non_finite_loss_stops_training_naming_the_step_without_a_checkpoint_o
                                                                                     tmp_path):
     cfg = tiny_config(small_records, tmp_path / "m", learning_rate=1e30, warmup_steps=0, train_steps=10,
                       save_steps=1, iterations=1)
-    with pytest.raises(T.DivergedError) as stopped:
+    with pytest.raises(reporting.DivergedError) as stopped:
         T.train(cfg)
     message = str(stopped.value)
     assert message.startswith("the loss is nan at step 2: training stopped, no checkpoint of it written (learning "
@@ -75,7 +76,7 @@ def test_rotating_out_a_clearly_better_checkpoint_is_said(tmp_path, caplog, new_
                                          'all_model_checkpoint_paths: "model.ckpt-6"\n')
     cfg = T.dataclasses.replace(tiny_config(tmp_path, tmp_path), max_save=2)
     caplog.set_level(logging.WARNING, logger="xlnet_data")
-    T._say_if_a_better_checkpoint_goes(cfg, 9, new_loss, {"model.ckpt-3": 2.0, "model.ckpt-6": 50.0})
+    resume.say_if_a_better_checkpoint_goes(cfg, 9, new_loss, {"model.ckpt-3": 2.0, "model.ckpt-6": 50.0})
     warned = [record.getMessage() for record in caplog.records]
     assert warned == ([f"--max_save=2 deletes model.ckpt-3 (loss 2) for model.ckpt-9 (loss {new_loss:g}): the loss is "
                        "growing; --max_loss stops a diverging run, a larger --max_save keeps more"] if said else [])
@@ -149,6 +150,22 @@ def test_run_config_ranges(changes, message):
     with pytest.raises(ValueError) as refused:
         M.RunConfig(**changes)
     assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("name", ["/cpu:0", "/gpu:1", "GPU:0", "cpu", "/gpu:*", "/device:GPU:0", "/device:XPU:3",
+                                  "/job:worker/replica:0/task:1/device:GPU:0", "/job:w/gpu:0/task:0", "/Cpu:0",
+                                  "gpu0", "/device:GPU", "/job:worker", "", "/cpu:0/gpu:0", "/cpu:x", "foo:1",
+                                  "/replica:1", "/gpu:0:1", "/job:w/task:x/cpu:0"])
+def test_device_names_are_read_as_tensorflow_reads_them(name):
+    """TrainConfig checks --devices without TensorFlow (config.py loads none): as tf.DeviceSpec would."""
+    import tensorflow as tf
+
+    from xlnet_data.pretrain.config import is_device_name
+    try:
+        theirs = tf.DeviceSpec.from_string(name).device_type is not None
+    except ValueError:
+        theirs = False
+    assert is_device_name(name) == theirs
 
 
 def test_a_device_this_machine_lacks_is_one_line():

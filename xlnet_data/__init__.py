@@ -29,7 +29,7 @@ _API = {
     "decode_example": "xlnet_data.dataformat.inspection",
     "SpmTrainConfig": "xlnet_data.datagen.tokenizer",
     "train_sentencepiece": "xlnet_data.datagen.tokenizer",
-    "TrainConfig": "xlnet_data.pretrain.training",
+    "TrainConfig": "xlnet_data.pretrain.config",
     "train": "xlnet_data.pretrain.training",
 }
 __all__ = sorted(_API)

@@ -45,6 +45,16 @@ def define_data_flags(defaults, note=""):
         getattr(flags, f"DEFINE_{kind}")(name, defaults.get(name), f"{help_text}{note}")
 
 
+def field_defaults(*classes):
+    """{name: default} of the dataclasses' fields that have a default (the first class names a shared one): the
+    commands' flag defaults, stated once, in the config classes."""
+    defaults = {}
+    for cls in reversed(classes):
+        defaults |= {field.name: field.default for field in dataclasses.fields(cls)
+                     if field.default is not dataclasses.MISSING}
+    return defaults
+
+
 def config_from_flags(cls, **given):
     """An instance of the dataclass `cls` whose fields come from the flags of the same name; `given` wins."""
     values = {field.name: FLAGS[field.name].value for field in dataclasses.fields(cls)

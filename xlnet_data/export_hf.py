@@ -20,6 +20,7 @@ from absl import flags
 from xlnet_data import cli
 from xlnet_data.common.errors import ConfigError, UserError
 from xlnet_data.dataformat import provenance, save_dir
+from xlnet_data.pretrain.config import ExportConfig, RunConfig, XLNetConfig
 
 FLAGS = flags.FLAGS
 _RUN_FLAGS = ("mem_len", "reuse_len", "bi_data", "clamp_len", "same_length")
@@ -27,6 +28,8 @@ _TOKENIZER_FLAGS = ("uncased", "keep_accents")
 
 
 def define_flags():
+    # The defaults where the training run left no run_config.json are the config classes'.
+    default = cli.field_defaults(ExportConfig, RunConfig)
     flags.DEFINE_string("model_dir", None, "A model_dir of train_gpu: its latest checkpoint, with its xlnet_config.json "
                         "and run_config.json.")
     flags.DEFINE_string("checkpoint", None, "Export this checkpoint instead (a prefix such as model.ckpt-1000, or a "
@@ -35,19 +38,23 @@ def define_flags():
                         "beside --checkpoint).")
     flags.DEFINE_string("sp_path", None, "The SentencePiece model the records were made with (becomes the tokenizer).")
     flags.DEFINE_string("output_dir", None, "The directory to write (created if needed).")
-    flags.DEFINE_bool("overwrite", False, "Replace an export already in --output_dir.")
+    flags.DEFINE_bool("overwrite", default["overwrite"], "Replace an export already in --output_dir.")
     flags.DEFINE_bool("uncased", None, "The tokenizer lower-cases, as create --uncased did (default: the training "
-                      "run's, from run_config.json; else False). Refused where it contradicts run_config.json.")
+                      f"run's, from run_config.json; else {default['uncased']}). Refused where it contradicts "
+                      "run_config.json.")
     flags.DEFINE_bool("keep_accents", None, "The tokenizer keeps accents, as create --keep_accents did (default: the "
-                      "records', from the training run's run_config.json; else False, the original's stripping). "
-                      "Refused where it contradicts run_config.json.")
+                      f"records', from the training run's run_config.json; else {default['keep_accents']}, the "
+                      "original's stripping). Refused where it contradicts run_config.json.")
     flags.DEFINE_integer("mem_len", None, "config.json's mem_len (default: the training run's, from run_config.json; "
                          "else none). 0: no memory.")
     flags.DEFINE_integer("reuse_len", None, "config.json's reuse_len (default: the training run's; else none).")
-    flags.DEFINE_bool("bi_data", None, "config.json's bi_data (default: the training run's; else False). Fine-tuning "
-                      "wants False: with True, half of every batch gets backward positions.")
-    flags.DEFINE_integer("clamp_len", None, "config.json's clamp_len (default: the training run's; else -1).")
-    flags.DEFINE_bool("same_length", None, "config.json's same_length (default: the training run's; else False).")
+    flags.DEFINE_bool("bi_data", None, "config.json's bi_data (default: the training run's; else "
+                      f"{default['bi_data']}). Fine-tuning wants False: with True, half of every batch gets backward "
+                      "positions.")
+    flags.DEFINE_integer("clamp_len", None, "config.json's clamp_len (default: the training run's; else "
+                         f"{default['clamp_len']}).")
+    flags.DEFINE_bool("same_length", None, "config.json's same_length (default: the training run's; else "
+                      f"{default['same_length']}).")
 
 
 def _settings_dir(checkpoint):
@@ -56,8 +63,7 @@ def _settings_dir(checkpoint):
 
 
 def config_from_flags():
-    from xlnet_data.pretrain import checkpoints, hf
-    from xlnet_data.pretrain.modeling import RunConfig, XLNetConfig
+    from xlnet_data.pretrain import checkpoints
 
     for name in ("sp_path", "output_dir"):
         if not FLAGS[name].value:
@@ -84,7 +90,7 @@ def config_from_flags():
             raise ConfigError(f"--sp_path={FLAGS.sp_path} is not the SentencePiece model of the records the model was "
                               f"trained on ({run_config} records its sha256): pass that model")
     run = dataclasses.replace(run, **{name: FLAGS[name].value for name in _RUN_FLAGS if FLAGS[name].present})
-    return hf.ExportConfig(checkpoint=checkpoint, model=XLNetConfig.from_json(xlnet_config), run=run,
+    return ExportConfig(checkpoint=checkpoint, model=XLNetConfig.from_json(xlnet_config), run=run,
                            sp_path=FLAGS.sp_path, output_dir=FLAGS.output_dir, overwrite=FLAGS.overwrite,
                            **{name: _tokenizer_setting(name, recorded, run_config) for name in _TOKENIZER_FLAGS})
 

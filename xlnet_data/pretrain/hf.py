@@ -23,7 +23,6 @@ Transformers' "gelu_new"; its "gelu" is the exact one, so a model of ours export
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -35,7 +34,8 @@ from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat import hf_tokenizer
 from xlnet_data.pretrain import checkpoints
-from xlnet_data.pretrain.modeling import RunConfig, XLNetConfig, variable_shapes
+from xlnet_data.pretrain.config import ExportConfig, RunConfig, XLNetConfig
+from xlnet_data.pretrain.modeling import variable_shapes
 
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"  # sharded weights (Transformers' large saves)
@@ -251,23 +251,6 @@ def read_tensors(directory: str) -> dict[str, np.ndarray]:
 def load_weights(directory: str, config: XLNetConfig) -> dict[str, np.ndarray]:
     """Our weights from a Transformers directory, checked against `config` (see from_hf)."""
     return from_hf(read_tensors(directory), config, os.path.join(directory, WEIGHTS_FILE))
-
-
-@dataclasses.dataclass(frozen=True)
-class ExportConfig:
-    """What export writes: the weights of `checkpoint` (a prefix, or a directory with a `checkpoint` file; ours
-    or an original TF1 one) for `model`, config.json with `run`'s memory and attention settings, and the
-    tokenizer of `sp_path` (lower-casing when `uncased`, keeping accents when `keep_accents`, as create made the
-    records)."""
-
-    checkpoint: str
-    model: XLNetConfig
-    run: RunConfig
-    sp_path: str
-    output_dir: str
-    uncased: bool = False
-    keep_accents: bool = False
-    overwrite: bool = False
 
 
 class ExportResult(NamedTuple):

@@ -42,64 +42,15 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import record_info, save_dir, validation
 from xlnet_data.dataformat.examples import generated
 from xlnet_data.dataformat.vocab import CLS_ID, SEP_ID
 from xlnet_data.pretrain import cache_input
+from xlnet_data.pretrain.config import InputConfig
 
 # (indices in the stream of a batch's consecutive examples [n] int64 tensor, part 0 = first
 # reuse_len positions / 1 = the rest) -> a permutation of range(perm_size) per example [n, perm_size].
 PermutationFn = Callable[[tf.Tensor, int], tf.Tensor]
-
-
-@dataclasses.dataclass(frozen=True)
-class InputConfig:
-    """What the records were made with, and how to cut them into training features.
-
-    `mask_alpha`, `mask_beta` and `uncased` only name the record files (the
-    original's file-name scheme); `bsz_per_host` and `bi_data` also set the batch
-    per core and how a batch is split; `num_predict` also fixes the padded
-    prediction count. `num_core_per_host`
-    should be the one the records were made with (corpus_info.json): with
-    bi_data each core's block of rows is its own forward + backward halves.
-    """
-
-    seq_len: int
-    reuse_len: int
-    perm_size: int
-    bsz_per_host: int
-    num_predict: Optional[int] = None
-    num_core_per_host: int = 1
-    bi_data: bool = True
-    mask_alpha: int = 6
-    mask_beta: int = 1
-    uncased: bool = False
-    split: str = "train"
-    num_passes: Optional[int] = None
-
-    def __post_init__(self):
-        non_reuse_len = self.seq_len - self.reuse_len
-        if not 0 < self.reuse_len < self.seq_len:
-            raise ConfigError(f"need 0 < reuse_len ({self.reuse_len}) < seq_len ({self.seq_len})")
-        # The original asserts this: a permutation block crossing into the
-        # other part would leak the memory part's future into the past.
-        if not 0 < self.perm_size <= min(self.reuse_len, non_reuse_len):
-            raise ConfigError(f"perm_size ({self.perm_size}) must be in 1..min(reuse_len, seq_len - reuse_len)"
-                             f" = {min(self.reuse_len, non_reuse_len)}")
-        if self.reuse_len % self.perm_size or non_reuse_len % self.perm_size:
-            raise ConfigError(f"perm_size ({self.perm_size}) must divide reuse_len ({self.reuse_len}) "
-                             f"and seq_len - reuse_len ({non_reuse_len})")
-        if self.bsz_per_host % self.num_core_per_host:
-            raise ConfigError(f"bsz_per_host ({self.bsz_per_host}) must be a multiple of "
-                             f"num_core_per_host ({self.num_core_per_host})")
-        if self.num_predict is not None and self.num_predict <= 0:
-            raise ConfigError(f"num_predict must be positive, got {self.num_predict}")
-
-    @property
-    def bsz_per_core(self) -> int:
-        """The batch one replica gets; with bi_data its halves are forward and backward rows."""
-        return self.bsz_per_host // self.num_core_per_host
 
 
 @dataclasses.dataclass(frozen=True)

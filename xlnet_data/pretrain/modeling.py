@@ -26,8 +26,6 @@ GPUs TF runs float32 matmuls in TF32 by default; turn that off
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Optional
@@ -35,104 +33,12 @@ from typing import NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
-from xlnet_data.common import fileio
 from xlnet_data.common.errors import ConfigError
-from xlnet_data.dataformat import save_dir
 from xlnet_data.pretrain import checkpoints
+from xlnet_data.pretrain.config import RunConfig, XLNetConfig
 
-_ACTIVATIONS = ("relu", "gelu")
 # contrib.layers.layer_norm's epsilon, which the original uses everywhere.
 _LAYER_NORM_EPSILON = 1e-12
-
-
-# Far above any XLNet's (large: 24 layers, d_model 1024, d_inner 4096, 32000 tokens); beyond them the weights
-# alone would not fit in any memory.
-_SHAPE_LIMITS = {"n_layer": 1024, "d_model": 1 << 16, "n_head": 1024, "d_head": 1 << 14, "d_inner": 1 << 18,
-                 "n_token": 1 << 24}
-
-
-@dataclasses.dataclass(frozen=True)
-class XLNetConfig:
-    """What a checkpoint fixes: the original's xlnet_config.json."""
-
-    n_layer: int
-    d_model: int
-    n_head: int
-    d_head: int
-    d_inner: int
-    ff_activation: str
-    untie_r: bool
-    n_token: int
-
-    def __post_init__(self):
-        if self.ff_activation not in _ACTIVATIONS:
-            raise ConfigError(f"ff_activation must be one of {_ACTIVATIONS}, got {self.ff_activation!r}")
-        for name, most in _SHAPE_LIMITS.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
-                raise ConfigError(f"{name}={value!r} must be an integer in [1, {most}]")
-
-    @classmethod
-    def from_json(cls, path: str) -> XLNetConfig:
-        data = save_dir.read_json(path)  # bad JSON: one line for the user
-        names = [field.name for field in dataclasses.fields(cls)]
-        missing = [name for name in names if name not in data]
-        if missing:
-            raise ConfigError(f"{path}: missing {', '.join(missing)}")
-        return cls(**{name: data[name] for name in names})
-
-    def to_json(self, path: str) -> None:
-        """Writes the config atomically (a full disk leaves no half-written file)."""
-        fileio.write_text_atomic(path, json.dumps(dataclasses.asdict(self), indent=4, sort_keys=True))
-
-
-MAX_MEM_LEN = 1 << 16
-
-
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """What may change from run to run (the original's RunConfig plus its pretraining flags).
-
-    reuse_len: how many leading positions of a batch are cached as memory (0: all).
-    attn_type: "bi" as the original's XLNetModel always uses; "uni" adds a causal
-      mask (and only then does same_length have an effect, as in the original).
-    """
-
-    mem_len: int = 0
-    reuse_len: int = 0
-    bi_data: bool = False
-    clamp_len: int = -1
-    same_length: bool = False
-    attn_type: str = "bi"
-    dropout: float = 0.0
-    dropatt: float = 0.0
-    use_bfloat16: bool = False
-    init: str = "normal"
-    init_std: float = 0.02
-    init_range: float = 0.1
-
-    def __post_init__(self):
-        if self.attn_type not in ("bi", "uni"):
-            raise ConfigError(f"attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
-        if self.init not in ("normal", "uniform"):
-            raise ConfigError(f"init must be 'normal' or 'uniform', got {self.init!r}")
-        for name in ("dropout", "dropatt"):
-            if not 0 <= getattr(self, name) < 1:  # NaN fails too
-                raise ConfigError(f"--{name}={getattr(self, name)} must be in [0, 1)")
-        if not 0 <= self.mem_len <= MAX_MEM_LEN:
-            raise ConfigError(f"--mem_len={self.mem_len} must be in [0, {MAX_MEM_LEN}]")
-        if self.clamp_len < -1:
-            raise ConfigError(f"--clamp_len={self.clamp_len} must be -1 (no clamping) or more")
-        for name in ("init_std", "init_range"):
-            if not 0 < getattr(self, name) < math.inf:
-                raise ConfigError(f"--{name}={getattr(self, name)} must be a positive number")
-
-    @classmethod
-    def from_json(cls, path: str) -> RunConfig:
-        """Reads the fields this class knows; a run_config.json may also hold data-side keys
-        (seq_len, perm_size, num_predict, bsz_per_core) that belong to the input pipeline."""
-        data = save_dir.read_json(path)  # bad JSON: one line for the user
-        return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls) if field.name in data})
 
 
 class PLMOutput(NamedTuple):

@@ -3,7 +3,7 @@
     learning_rate      linear warmup, then poly or cosine decay to min_lr_ratio (the original's)
     AdamWeightDecay    the original's optimizer: Adam, or Adam with decoupled weight decay
 
-Both read their settings from a TrainConfig (training.py); the clipping by global norm is one call in
+Both read their settings from a TrainConfig (config.py); the clipping by global norm is one call in
 Trainer's step, before AdamWeightDecay.apply.
 """
 
@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-if TYPE_CHECKING:  # training.py imports this module
-    from xlnet_data.pretrain.training import TrainConfig
+from xlnet_data.pretrain.config import TrainConfig
 
-DECAY_METHODS = ("poly", "cos")
 BETA_1, BETA_2 = 0.9, 0.999  # the original's (tf.train.AdamOptimizer and AdamWeightDecayOptimizer defaults)
 
 
