@@ -6,7 +6,7 @@
     python benchmarks/bench_train.py step --original=/tmp/xlnet-original    # train_gpu's step vs the original's, HF's
     python benchmarks/bench_train.py input --original=/tmp/xlnet-original   # input pipeline vs the original's
 
-gpu: the real step (xlnet_data.pretrain.training.Trainer: PLM loss, all-reduce, clipping, Adam) on synthetic
+gpu: the real step (xlnet_data.pretrain.trainer.Trainer: PLM loss, all-reduce, clipping, Adam) on synthetic
   features, the memories carried from step to step: median step time, tokens/s and model FLOPs utilisation
   (training FLOPs of the matmuls, 3x the forward pass's, over the device's peak). XLNet-Base: 12 layers,
   d_model 768, 12 heads of 64, d_inner 3072, seq_len 512, reuse_len 256, mem_len 384, 85 predictions per

@@ -15,6 +15,7 @@ from conftest import HAVE_ORIGINAL, SHARED, XLNET_REF, needs_shared
 
 from xlnet_data.pretrain import checkpoints
 from xlnet_data.pretrain import inputs as ip
+from xlnet_data.pretrain import model_ops as ops
 from xlnet_data.pretrain import modeling as M
 
 MODEL_CASES = ["m1_bi_untied", "m2_uni_tied", "m3_sharp"]
@@ -225,12 +226,12 @@ def test_relative_positional_encoding_is_the_sinusoid_of_the_distances():
         return np.concatenate([np.sin(angles), np.cos(angles)], -1)
 
     forward = np.arange(klen, -qlen, -1.0)
-    pos_emb = M.relative_positional_encoding(qlen, klen, d_model, -1, "bi", True, tf.float32).numpy()
+    pos_emb = ops.relative_positional_encoding(qlen, klen, d_model, -1, "bi", True, tf.float32).numpy()
     assert pos_emb.shape == (klen + qlen, 2, d_model)
     np.testing.assert_allclose(pos_emb[:, 0], sinusoid(forward), atol=1e-6)
     np.testing.assert_allclose(pos_emb[:, 1], sinusoid(-forward), atol=1e-6)
 
-    clamped = M.relative_positional_encoding(qlen, klen, d_model, 3, "uni", False, tf.float32).numpy()
+    clamped = ops.relative_positional_encoding(qlen, klen, d_model, 3, "uni", False, tf.float32).numpy()
     assert clamped.shape == (klen + 1, 1, d_model)
     np.testing.assert_allclose(clamped[:, 0], sinusoid(np.clip(np.arange(klen, -1, -1.0), -3, 3)), atol=1e-6)
 
@@ -239,7 +240,7 @@ def test_rel_shift_aligns_relative_positions_with_keys():
     qlen, mlen = 4, 3
     klen = qlen + mlen
     x = np.random.default_rng(0).normal(size=(2, 3, qlen, klen + qlen)).astype(np.float32)
-    shifted = M._rel_shift(tf.constant(x), klen).numpy()
+    shifted = ops.rel_shift(tf.constant(x), klen).numpy()
     # Query i sits at mlen + i; key j at j; their distance mlen + i - j is column qlen - i + j (pos_seq = klen - r).
     want = np.stack([x[:, :, i, qlen - i: qlen - i + klen] for i in range(qlen)], axis=2)
     np.testing.assert_array_equal(shifted, want)
@@ -250,15 +251,15 @@ def test_rel_shift_of_some_rows_is_those_rows_of_the_rel_shift():
     x = np.random.default_rng(1).normal(size=(2, 3, qlen, klen + qlen)).astype(np.float32)
     positions = np.array([[4, 0, 2], [1, 1, 3]], dtype=np.int32)
     queries = np.stack([x[b][:, positions[b]] for b in range(2)])  # the scores of the queries at positions
-    rows = M._rel_shift_rows(tf.constant(queries), tf.constant(positions), klen).numpy()
-    full = M._rel_shift(tf.constant(x), klen).numpy()
+    rows = ops.rel_shift_rows(tf.constant(queries), tf.constant(positions), klen).numpy()
+    full = ops.rel_shift(tf.constant(x), klen).numpy()
     np.testing.assert_array_equal(rows, np.stack([full[b][:, positions[b]] for b in range(2)]))
 
 
 @pytest.mark.parametrize("same_length", [False, True])
 def test_causal_mask(same_length):
     qlen, mlen = 4, 2
-    mask = M.causal_mask(qlen, mlen, tf.float32, same_length).numpy()
+    mask = ops.causal_mask(qlen, mlen, tf.float32, same_length).numpy()
     want = np.zeros((qlen, mlen + qlen))
     for i in range(qlen):
         want[i, mlen + i + 1:] = 1  # no future
@@ -276,7 +277,7 @@ def test_gelu_is_the_tanh_approximation_and_its_gradient_that_functions_derivati
     inputs = tf.constant(x, tf.float32)
     with tf.GradientTape() as tape:
         tape.watch(inputs)
-        out = M.gelu(inputs)
+        out = ops.gelu(inputs)
     np.testing.assert_allclose(out.numpy(), want, atol=1e-6)
     np.testing.assert_allclose(tape.gradient(out, inputs, output_gradients=tf.constant(upstream, tf.float32)).numpy(),
                                upstream * slope, atol=1e-6)
@@ -292,7 +293,7 @@ def test_lm_loss_is_the_cross_entropy_of_the_tied_head_and_its_gradients_those_o
     x = [tf.constant(hidden), tf.constant(table), tf.constant(bias)]
     with tf.GradientTape() as tape:
         tape.watch(x)
-        loss = M.lm_loss(*x, tf.constant(labels))
+        loss = ops.lm_loss(*x, tf.constant(labels))
         weighted = tf.reduce_sum(loss * weights)
     d_hidden, d_table, d_bias = tape.gradient(weighted, x)
     logits = hidden.astype(np.float64) @ table.T.astype(np.float64) + bias
@@ -311,10 +312,10 @@ def test_lm_loss_is_the_cross_entropy_of_the_tied_head_and_its_gradients_those_o
 def test_memory_keeps_the_last_mem_len_of_the_reused_positions():
     prev = tf.reshape(tf.range(6.0), [6, 1, 1])
     curr = tf.reshape(tf.range(100.0, 110.0), [10, 1, 1])
-    new = M._cache_mem(curr, prev, mem_len=8, reuse_len=4)[:, 0, 0].numpy()
+    new = ops.cache_mem(curr, prev, mem_len=8, reuse_len=4)[:, 0, 0].numpy()
     np.testing.assert_array_equal(new, [2, 3, 4, 5, 100, 101, 102, 103])
-    assert M._cache_mem(curr, None, mem_len=3, reuse_len=0)[:, 0, 0].numpy().tolist() == [107, 108, 109]
-    assert M._cache_mem(curr, prev, mem_len=0, reuse_len=4) is None
+    assert ops.cache_mem(curr, None, mem_len=3, reuse_len=0)[:, 0, 0].numpy().tolist() == [107, 108, 109]
+    assert ops.cache_mem(curr, prev, mem_len=0, reuse_len=4) is None
 
 
 def test_tied_biases_and_no_memory():

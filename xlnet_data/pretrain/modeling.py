@@ -30,75 +30,18 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Optional
 
-import numpy as np
 import tensorflow as tf
 
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.pretrain import checkpoints
+from xlnet_data.pretrain import model_ops as ops
 from xlnet_data.pretrain.config import RunConfig, XLNetConfig
-
-# contrib.layers.layer_norm's epsilon, which the original uses everywhere.
-_LAYER_NORM_EPSILON = 1e-12
 
 
 class PLMOutput(NamedTuple):
     total_loss: tf.Tensor       # scalar float32: mean loss over target_mask
     token_loss: tf.Tensor       # [bsz, num_predict] (or [bsz, seq_len]) float32, unmasked
     new_mems: Optional[list]    # per layer [mem_len, bsz, d_model]; None when mem_len == 0
-
-
-@tf.custom_gradient
-def lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, labels: tf.Tensor):
-    """Cross-entropy [rows] float32 of the LM head tied to the input embedding: the original's
-    sparse_softmax_cross_entropy_with_logits of the logits hidden [rows, d_model] x table [n_token, d_model]
-    transposed + bias, for labels [rows].
-
-    The loss is logsumexp - logit[label], with logsumexp = max + log(sum(exp(x - max))) read off the softmax
-    at the row's largest logit, x_max - log(p_max): p_max >= 1 / n_token never underflows, where
-    log(p[label]) would for a very unlikely label (two reduce_max: argmax is 3x slower). The softmax is
-    oneDNN's on CPUs: the fused cross-entropy op took 44 ms of a 590 ms step (its Eigen exp), the softmax a
-    fifth of that. The gradient of the logits, upstream * (softmax - one_hot), is never formed: the row
-    scale goes onto the small operands of the three products (hidden, the product with the table, the
-    bias' row sum), which saves a pass over the [rows, n_token] matrix.
-    """
-    logits = tf.cast(tf.nn.bias_add(tf.matmul(hidden, table, transpose_b=True), bias), tf.float32)
-    prob = tf.nn.softmax(logits)
-    at_label = tf.stack([tf.range(tf.shape(logits)[0]), labels], 1)
-    logsumexp = tf.reduce_max(logits, axis=-1) - tf.math.log(tf.reduce_max(prob, axis=-1))
-    loss = logsumexp - tf.gather_nd(logits, at_label)
-
-    def grad(upstream):
-        residual = tf.cast(tf.tensor_scatter_nd_sub(prob, at_label, tf.ones_like(upstream)), hidden.dtype)
-        scale = tf.cast(upstream, hidden.dtype)[:, None]
-        return (scale * tf.matmul(residual, table), tf.matmul(residual, scale * hidden, transpose_a=True),
-                tf.matmul(scale, residual, transpose_a=True)[0], None)
-
-    return loss, grad
-
-
-_SQRT_2_OVER_PI = float(np.sqrt(2 / np.pi))
-
-
-@tf.custom_gradient
-def gelu(x: tf.Tensor):
-    """The original's GELU: the tanh approximation (not tf.nn.gelu's exact erf form), with its derivative in
-    closed form.
-
-    x * square(x), not tf.pow(x, 3): Pow is a general power on CPUs (it and its gradient's Pow took 12% of
-    the step's op time in a profile) and Grappler no longer rewrites it (sum_in_graph_order turns off the
-    arithmetic optimizer, which did exactly this). The derivative, cdf + x/2 (1 - t^2) sqrt(2/pi) (1 +
-    3 * 0.044715 x^2) with t the forward pass's tanh, is 8 element-wise passes where differentiating the 9
-    of the forward pass took 15 (GELU was 7% of the step's op time, half of it the backward pass).
-    """
-    square = tf.square(x)
-    t = tf.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * square)))
-    cdf = 0.5 * (1.0 + t)
-
-    def grad(upstream):
-        slope = (0.5 * _SQRT_2_OVER_PI) + (1.5 * 0.044715 * _SQRT_2_OVER_PI) * square  # d(tanh's argument)/dx / 2
-        return upstream * (cdf + x * (1.0 - tf.square(t)) * slope)
-
-    return x * cdf, grad
 
 
 def variable_shapes(config: XLNetConfig) -> dict[str, tuple[int, ...]]:
@@ -143,138 +86,6 @@ def _initial_value(name: str, shape: tuple[int, ...], run: RunConfig, rng: tf.ra
     if run.init == "uniform":
         return rng.uniform(shape, -run.init_range, run.init_range)
     return rng.normal(shape, stddev=run.init_std)
-
-
-def _layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor) -> tf.Tensor:
-    # Moments in float32 even under bfloat16: bfloat16 variance over d_model is too coarse.
-    x32 = tf.cast(x, tf.float32)
-    mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
-    out = tf.nn.batch_normalization(x32, mean, variance, offset=tf.cast(beta, tf.float32),
-                                    scale=tf.cast(gamma, tf.float32), variance_epsilon=_LAYER_NORM_EPSILON)
-    return tf.cast(out, x.dtype)
-
-
-def _rel_shift(x: tf.Tensor, klen: tf.Tensor) -> tf.Tensor:
-    """[..., qlen, rlen] scores against relative positions -> [..., qlen, klen] against keys.
-
-    tf.slice, not Python slices: a slice's gradient is a Pad, a strided slice's a StridedSliceGrad,
-    which took over a quarter of the backward pass in a profile of the training step.
-    """
-    shape = tf.shape(x)
-    lead, qlen, rlen = shape[:-2], shape[-2], shape[-1]
-    zeros = tf.zeros_like(lead)
-    x = tf.reshape(x, tf.concat([lead, [rlen, qlen]], 0))
-    x = tf.slice(x, tf.concat([zeros, [1, 0]], 0), tf.concat([lead, [rlen - 1, qlen]], 0))
-    x = tf.reshape(x, tf.concat([lead, [qlen, rlen - 1]], 0))
-    return tf.slice(x, tf.concat([zeros, [0, 0]], 0), tf.concat([lead, [qlen, klen]], 0))
-
-
-def _rel_shift_rows(x: tf.Tensor, positions: tf.Tensor, klen: tf.Tensor) -> tf.Tensor:
-    """_rel_shift for queries at some positions only: x [bsz, n_head, num_predict, rlen] (rlen = klen +
-    qlen) of the queries at positions [bsz, num_predict] -> [bsz, n_head, num_predict, klen]: query p
-    against key j is relative position column qlen - p + j.
-
-    One gather from x flattened (its gradient one scatter): a gather along the last axis with batch
-    dimensions, and the transposes it needs, took 1.7x the time forward and backward.
-    """
-    shape = tf.shape(x)
-    rows, rlen = shape[0] * shape[1] * shape[2], shape[3]
-    columns = (rlen - klen - positions)[:, None, :, None] + tf.range(klen)  # [bsz, 1, num_predict, klen]
-    row_starts = tf.reshape(tf.range(rows) * rlen, tf.concat([shape[:3], [1]], 0))
-    return tf.gather(tf.reshape(x, [-1]), row_starts + columns)
-
-
-def _rows(mask: tf.Tensor, positions: tf.Tensor, bsz: tf.Tensor) -> tf.Tensor:
-    """Rows `positions` [bsz, num_predict] of a [bsz or 1, 1, qlen, klen] mask: [bsz, 1, num_predict, klen]."""
-    mask = tf.broadcast_to(mask[:, 0], tf.concat([[bsz], tf.shape(mask)[2:]], 0))
-    return tf.gather(mask, positions, axis=1, batch_dims=1)[:, None]
-
-
-def causal_mask(qlen: tf.Tensor, mlen: tf.Tensor, dtype: tf.DType, same_length: bool) -> tf.Tensor:
-    """The original's `_create_mask` (attn_type "uni"): [qlen, mlen + qlen], 1 = may not attend."""
-    ones = tf.ones([qlen, qlen], dtype=dtype)
-    mask_u = tf.linalg.band_part(ones, 0, -1)
-    mask_dia = tf.linalg.band_part(ones, 0, 0)
-    mask = tf.concat([tf.zeros([qlen, mlen], dtype=dtype), mask_u - mask_dia], 1)
-    if same_length:
-        # As the original: it edits the first qlen columns, which are memory when mlen > 0.
-        mask_l = tf.linalg.band_part(ones, -1, 0)
-        mask = tf.concat([mask[:, :qlen] + mask_l - mask_dia, mask[:, qlen:]], 1)
-    return mask
-
-
-def relative_positional_encoding(qlen: tf.Tensor, klen: tf.Tensor, d_model: int, clamp_len: int,
-                                 attn_type: str, bi_data: bool, dtype: tf.DType) -> tf.Tensor:
-    """Sinusoids of the relative distances klen, klen-1, ... ([rlen, n_dir, d_model]).
-
-    n_dir is 2 with bi_data: [:, 0] for the forward rows (first half of the
-    batch), [:, 1] for the backward rows with negated distances; else 1. The
-    original tiles this over the batch; broadcasting gives the same numbers.
-    """
-    freq_seq = tf.cast(tf.range(0, d_model, 2.0), dtype)
-    inv_freq = 1 / (10000 ** (freq_seq / d_model))
-    end = -qlen if attn_type == "bi" else -1
-
-    def embed(pos_seq):
-        pos_seq = tf.cast(pos_seq, dtype)
-        if clamp_len > 0:
-            pos_seq = tf.clip_by_value(pos_seq, -clamp_len, clamp_len)
-        sinusoid = tf.einsum("i,d->id", pos_seq, inv_freq)
-        return tf.concat([tf.sin(sinusoid), tf.cos(sinusoid)], -1)
-
-    directions = [embed(tf.range(klen, end, -1))]
-    if bi_data:
-        directions.append(embed(tf.range(-klen, -end, 1)))
-    return tf.stack(directions, axis=1)
-
-
-def _heads(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    """A projection to heads, head-major: x [len, bsz, d_model], kernel [d_model, n_head, d_head] -> [bsz, n_head,
-    len, d_head] (einsum "ibh,hnd->bnid").
-
-    One 2-D matmul and a transpose: the einsum (oneDNN's on CPUs) took 1.4x their time, forward and backward.
-    """
-    d_model, n_head, d_head = kernel.shape
-    heads = tf.matmul(tf.reshape(x, [-1, d_model]), tf.reshape(kernel, [d_model, n_head * d_head]))
-    heads = tf.reshape(heads, tf.concat([tf.shape(x)[:2], [n_head, d_head]], 0))
-    return tf.transpose(heads, [1, 2, 0, 3])
-
-
-def _cache_mem(curr_out: tf.Tensor, prev_mem: Optional[tf.Tensor], mem_len: int, reuse_len: int):
-    """Next batch's memory of one layer: the last mem_len of (old memory + first reuse_len inputs)."""
-    if not mem_len:
-        return None
-    if reuse_len:
-        curr_out = curr_out[:reuse_len]
-    new_mem = curr_out if prev_mem is None else tf.concat([prev_mem, curr_out], 0)
-    return tf.stop_gradient(new_mem[-mem_len:])
-
-
-def attention_masks(qlen, mlen, bsz, perm_mask: Optional[tf.Tensor], attn_type: str, same_length: bool, dtype):
-    """(attn_mask, non_tgt_mask) of the query and the content stream, head-major [bsz or 1, 1, qlen, klen]
-    (1 = may not attend), or (None, None) when nothing is masked. perm_mask [len, len, bsz] as transformer's."""
-    # Attention masks: 1 = may not attend. The content stream (h) may see
-    # itself, the query stream (g) may not.
-    attn_mask = None
-    if attn_type == "uni":
-        attn_mask = causal_mask(qlen, mlen, dtype, same_length)[:, :, None, None]
-    data_mask = None
-    if perm_mask is not None:
-        data_mask = tf.cast(perm_mask, dtype)
-    if data_mask is not None:
-        # Memories can always be attended to.
-        data_mask = tf.concat([tf.zeros([tf.shape(data_mask)[0], mlen, bsz], dtype=dtype), data_mask], 1)
-        attn_mask = data_mask[:, :, :, None] if attn_mask is None else attn_mask + data_mask[:, :, :, None]
-    non_tgt_mask = None
-    if attn_mask is not None:
-        attn_mask = tf.cast(attn_mask > 0, dtype)
-        non_tgt_mask = tf.concat([tf.zeros([qlen, mlen], dtype=dtype), -tf.eye(qlen, dtype=dtype)], axis=-1)
-        non_tgt_mask = tf.cast((attn_mask + non_tgt_mask[:, :, None, None]) > 0, dtype)
-        # [qlen, klen, bsz or 1, 1] -> the attention's head-major [bsz or 1, 1, qlen, klen].
-        attn_mask = tf.transpose(attn_mask, [2, 3, 0, 1])
-        non_tgt_mask = tf.transpose(non_tgt_mask, [2, 3, 0, 1])
-    return attn_mask, non_tgt_mask
-
 
 class XLNet(tf.Module):
     """XLNet with the permutation-LM head. Variables: `weights`, a dict keyed by original names."""
@@ -341,12 +152,12 @@ class XLNet(tf.Module):
             bd = tf.reshape(tf.matmul(q_r, tf.expand_dims(k_head_r, 1), transpose_b=True),
                             tf.concat([shape[:3], [tf.shape(k_head_r)[2]]], 0))
         if positions is None:
-            bd = _rel_shift(bd, klen)
+            bd = ops.rel_shift(bd, klen)
         else:
             bsz = tf.shape(q_head)[0]
-            bd = _rel_shift_rows(bd, positions, klen)
-            seg_mat = None if seg_mat is None else _rows(seg_mat, positions, bsz)
-            attn_mask = None if attn_mask is None else _rows(attn_mask, positions, bsz)
+            bd = ops.rel_shift_rows(bd, positions, klen)
+            seg_mat = None if seg_mat is None else ops.rows_at(seg_mat, positions, bsz)
+            attn_mask = None if attn_mask is None else ops.rows_at(attn_mask, positions, bsz)
 
         score = ac + bd
         if seg_mat is not None:
@@ -368,7 +179,7 @@ class XLNet(tf.Module):
 
     def _post_attention(self, prefix, h, attn_vec, training):
         # attn_vec [bsz, n_head, len, d_head] -> [len, bsz, d_model] (einsum "bnid,hnd->ibh") as one 2-D
-        # matmul, for the reason of _heads.
+        # matmul, for the reason of ops.heads.
         kernel = self._w(f"{prefix}/o/kernel")
         d_model, n_head, d_head = kernel.shape
         heads = tf.transpose(attn_vec, [2, 0, 1, 3])
@@ -376,15 +187,15 @@ class XLNet(tf.Module):
                         transpose_b=True)
         out = tf.reshape(out, tf.concat([tf.shape(heads)[:2], [d_model]], 0))
         out = self._dropout(out, self.run.dropout, training)
-        return _layer_norm(out + h, self._w(f"{prefix}/LayerNorm/gamma"), self._w(f"{prefix}/LayerNorm/beta"))
+        return ops.layer_norm(out + h, self._w(f"{prefix}/LayerNorm/gamma"), self._w(f"{prefix}/LayerNorm/beta"))
 
     def _ffn(self, prefix, inp, training):
-        activation = tf.nn.relu if self.config.ff_activation == "relu" else gelu
+        activation = tf.nn.relu if self.config.ff_activation == "relu" else ops.gelu
         out = tf.tensordot(inp, self._w(f"{prefix}/layer_1/kernel"), [[2], [0]]) + self._w(f"{prefix}/layer_1/bias")
         out = self._dropout(activation(out), self.run.dropout, training)
         out = tf.tensordot(out, self._w(f"{prefix}/layer_2/kernel"), [[2], [0]]) + self._w(f"{prefix}/layer_2/bias")
         out = self._dropout(out, self.run.dropout, training)
-        return _layer_norm(out + inp, self._w(f"{prefix}/LayerNorm/gamma"), self._w(f"{prefix}/LayerNorm/beta"))
+        return ops.layer_norm(out + inp, self._w(f"{prefix}/LayerNorm/gamma"), self._w(f"{prefix}/LayerNorm/beta"))
 
     def transformer(self, inp_k: tf.Tensor, seg_id: Optional[tf.Tensor] = None, mems: Optional[Sequence] = None,
                     perm_mask: Optional[tf.Tensor] = None, target_mapping: Optional[tf.Tensor] = None,
@@ -408,7 +219,7 @@ class XLNet(tf.Module):
         mlen = tf.shape(mems[0])[0] if mems is not None else 0
         klen = mlen + qlen
 
-        attn_mask, non_tgt_mask = attention_masks(qlen, mlen, bsz, perm_mask, run.attn_type, run.same_length, dtype)
+        attn_mask, non_tgt_mask = ops.attention_masks(qlen, mlen, bsz, perm_mask, run.attn_type, run.same_length, dtype)
 
         # Embeddings: the content stream sees tokens, the query stream only mask_emb.
         # Gathered from the table's value, not the variable: a gather from a resource variable (ResourceGather)
@@ -437,21 +248,21 @@ class XLNet(tf.Module):
             seg_mat = tf.cast(tf.not_equal(seg_id[:, :, None], cat_ids[:, None, :]), dtype)[:, None]
 
         # Queries of the predictions at their positions only; "uni" keeps the original's scatter (its
-        # relative positions are not those of _rel_shift_rows).
+        # relative positions are not those of rel_shift_rows).
         queries = None  # (predicted_positions, predicted_weight)
         if target_mapping is not None and run.attn_type == "bi":
             mapping = tf.transpose(target_mapping, [2, 0, 1])  # [bsz, num_predict, len]
             queries = (tf.argmax(mapping, axis=2, output_type=tf.int32),
                        tf.reduce_sum(mapping, axis=2)[:, None, :, None])
 
-        pos_emb = relative_positional_encoding(qlen, klen, cfg.d_model, run.clamp_len, run.attn_type,
-                                               run.bi_data, dtype)
+        pos_emb = ops.relative_positional_encoding(qlen, klen, cfg.d_model, run.clamp_len, run.attn_type,
+                                                   run.bi_data, dtype)
         pos_emb = self._dropout(pos_emb, run.dropout, training)
 
         new_mems = []
         for i in range(cfg.n_layer):
             mem = None if mems is None else mems[i]
-            new_mems.append(_cache_mem(output_h, mem, run.mem_len, run.reuse_len))
+            new_mems.append(ops.cache_mem(output_h, mem, run.mem_len, run.reuse_len))
             output_h, output_g = self.layer(i, output_h, output_g, mem, pos_emb, seg_mat, attn_mask, non_tgt_mask,
                                             target_mapping, queries, training)
 
@@ -471,18 +282,18 @@ class XLNet(tf.Module):
         prefix = f"transformer/layer_{i}/rel_attn"
         cat = output_h if mem is None else tf.concat([mem, output_h], 0)
         # Heads are head-major ([bsz, n_head, len, d_head]), see _rel_attn_core.
-        k_head_h = _heads(cat, self._w(f"{prefix}/k/kernel"))
-        v_head_h = _heads(cat, self._w(f"{prefix}/v/kernel"))
-        k_head_r = _heads(pos_emb, self._w(f"{prefix}/r/kernel"))  # [n_dir, n_head, rlen, d_head]
+        k_head_h = ops.heads(cat, self._w(f"{prefix}/k/kernel"))
+        v_head_h = ops.heads(cat, self._w(f"{prefix}/v/kernel"))
+        k_head_r = ops.heads(pos_emb, self._w(f"{prefix}/r/kernel"))  # [n_dir, n_head, rlen, d_head]
         q_kernel = self._w(f"{prefix}/q/kernel")
 
-        q_head_h = _heads(output_h, q_kernel)
+        q_head_h = ops.heads(output_h, q_kernel)
         attn_vec_h = self._rel_attn_core(i, q_head_h, k_head_h, v_head_h, k_head_r, seg_mat, non_tgt_mask,
                                          training)
         new_h = self._post_attention(prefix, output_h, attn_vec_h, training)
 
         if output_g is not None:
-            q_head_g = _heads(output_g, q_kernel)
+            q_head_g = ops.heads(output_g, q_kernel)
             if queries is not None:
                 # The original scatters the predictions to their positions (einsum with
                 # target_mapping), attends from all seq_len positions and gathers back; attending
@@ -521,8 +332,9 @@ class XLNet(tf.Module):
         output, new_mems = self.transformer(inp_k, seg_id=seg_id, mems=mems, perm_mask=perm_mask,
                                             target_mapping=target_mapping, inp_q=inp_q, training=training)
         # The LM head, tied to the input embedding, plus its own bias; the softmax in float32 even under bfloat16.
-        loss = lm_loss(tf.reshape(output, [-1, self.config.d_model]), self._w("transformer/word_embedding/lookup_table"),
-                       self._w("lm_loss/bias"), tf.reshape(target, [-1]))
+        loss = ops.lm_loss(tf.reshape(output, [-1, self.config.d_model]),
+                           self._w("transformer/word_embedding/lookup_table"), self._w("lm_loss/bias"),
+                           tf.reshape(target, [-1]))
         loss = tf.reshape(loss, tf.shape(target))
         total_loss = tf.reduce_sum(loss * target_mask) / tf.reduce_sum(target_mask)
         return PLMOutput(total_loss, tf.transpose(loss, [1, 0]), new_mems)

@@ -165,7 +165,7 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.di
         if step % cfg.iterations == 0 or step == cfg.train_steps:
             check_window()
             report(step, window, gnorm, lr, len(window) * cfg.data.bsz_per_host * cfg.data.seq_len,
-                    time.time() - tic, writer)
+                   time.time() - tic, writer)
             if len(sources) > 1:
                 log.info("%s", mixture_line([source.steps for source in sources], probs, cfg.sources))
             losses.extend(window)
