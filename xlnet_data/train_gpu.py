@@ -36,81 +36,91 @@ FLAGS = flags.FLAGS
 _DATA_DEFAULTS_FROM_INPUTS = ("bi_data", "mask_alpha", "mask_beta", "uncased", "num_core_per_host")
 
 
+def _define(kind, name, help_text, *enum_values):
+    """Defines a flag whose default is the config classes' field of its name (the original's), None where none
+    has a default."""
+    default = cli.field_defaults(TrainConfig, RunConfig, XLNetConfig).get(name)
+    getattr(flags, f"DEFINE_{kind}")(name, default, *enum_values, help_text)
+
+
 def define_flags():
-    """The original train_gpu.py's flags, same names; their defaults are the config classes' (the original's),
-    and the data ones default to the records'."""
-    default = cli.field_defaults(TrainConfig, RunConfig, XLNetConfig)
+    """The original train_gpu.py's flags, same names and defaults (the config classes'); the data ones default to
+    the records'."""
+    _define_run_flags()
+    _define_data_and_model_flags()
 
-    def define(kind, name, help_text, *enum_values):
-        getattr(flags, f"DEFINE_{kind}")(name, default.get(name), *enum_values, help_text)
 
+def _define_run_flags():
     # Experiment.
-    define("string", "record_info_dir", "Records: a save_dir of create (or its tfrecords/ folder); several, "
-           "comma-separated, are read one after the other, or mixed with --mix_sampling_factor.")
-    define("string", "model_dir", "Checkpoints, xlnet_config.json and TensorBoard summaries go here; a run resumes "
-           "from the latest checkpoint in it.")
-    define("string", "init_checkpoint", "Start from this checkpoint (the original's TF1 ones or ours; model weights "
-           "only), or a Hugging Face Transformers directory (config.json + model.safetensors, as export_hf writes; its "
-           "config.json gives the model shape); ignored when model_dir has a checkpoint to resume from.")
+    _define("string", "record_info_dir", "Records: a save_dir of create (or its tfrecords/ folder); several, "
+            "comma-separated, are read one after the other, or mixed with --mix_sampling_factor.")
+    _define("string", "model_dir", "Checkpoints, xlnet_config.json and TensorBoard summaries go here; a run resumes "
+            "from the latest checkpoint in it.")
+    _define("string", "init_checkpoint", "Start from this checkpoint (the original's TF1 ones or ours; model weights "
+            "only), or a Hugging Face Transformers directory (config.json + model.safetensors, as export_hf writes; its "
+            "config.json gives the model shape); ignored when model_dir has a checkpoint to resume from.")
     # Optimization.
-    define("float", "learning_rate", "Peak learning rate.")
-    define("float", "clip", "Clip the gradients to this global norm.")
-    define("float", "min_lr_ratio", "The rate decays to learning_rate * min_lr_ratio at train_steps.")
-    define("integer", "warmup_steps", "Steps of linear warmup from 0.")
-    define("float", "adam_epsilon", "Adam epsilon.")
-    define("enum", "decay_method", "Decay after warmup: linear (poly) or cosine.", DECAY_METHODS)
-    define("float", "weight_decay", "Decoupled weight decay (not on LayerNorm and biases, as the original).")
+    _define("float", "learning_rate", "Peak learning rate.")
+    _define("float", "clip", "Clip the gradients to this global norm.")
+    _define("float", "min_lr_ratio", "The rate decays to learning_rate * min_lr_ratio at train_steps.")
+    _define("integer", "warmup_steps", "Steps of linear warmup from 0.")
+    _define("float", "adam_epsilon", "Adam epsilon.")
+    _define("enum", "decay_method", "Decay after warmup: linear (poly) or cosine.", DECAY_METHODS)
+    _define("float", "weight_decay", "Decoupled weight decay (not on LayerNorm and biases, as the original).")
     # Training.
-    define("integer", "train_batch_size", "Global batch, split over the replicas (default: the records' bsz_per_host, "
-           "which it must equal).")
-    define("integer", "train_steps", "Total number of steps.")
-    define("integer", "iterations", "Log (and write summaries) every this many steps.")
-    define("integer", "save_steps", "Checkpoint every this many steps (and always at the end).")
-    define("integer", "max_save", "Checkpoints kept.")
-    define("float", "max_loss", "Stop (without a checkpoint of it) when a step's loss is above this: a diverging run. A "
-           "non-finite loss always stops the run.")
-    define("float", "mix_sampling_factor", "With several record dirs: each step reads one, with probability "
-           "proportional to its tokens ** factor (1: by size, 0: uniform); each keeps its own memory.")
-    define("integer", "seed", "Seeds the initialisation, the factorization orders and the source draws.")
-    define("enum", "strategy", "auto: all local GPUs (mirrored) or the one GPU or the CPU; multi_worker: the cluster "
-           "of TF_CONFIG.", STRATEGIES)
-    define("list", "devices", "one_device / mirrored: the devices, e.g. /gpu:0,/gpu:1 (default: all GPUs).")
-    define("string", "tpu", "strategy tpu: the TPU's name or grpc:// address.")
-    define("enum", "jit_compile", "Compile each replica's forward and backward pass with XLA. auto: on GPUs (and "
-           "uncompiled if XLA cannot compile an op), off on CPUs, where TensorFlow's own kernels are faster, and on "
-           "TPUs, which compile the whole step anyway.", JIT_COMPILE)
-    define("bool", "tf32", "Let GPUs run float32 matmuls in TF32 (faster on Ampere and later, about 1e-3 relative "
-           "error); off, every float32 matmul is full float32.")
+    _define("integer", "train_batch_size", "Global batch, split over the replicas (default: the records' bsz_per_host, "
+            "which it must equal).")
+    _define("integer", "train_steps", "Total number of steps.")
+    _define("integer", "iterations", "Log (and write summaries) every this many steps.")
+    _define("integer", "save_steps", "Checkpoint every this many steps (and always at the end).")
+    _define("integer", "max_save", "Checkpoints kept.")
+    _define("float", "max_loss", "Stop (without a checkpoint of it) when a step's loss is above this: a diverging run. A "
+            "non-finite loss always stops the run.")
+    _define("float", "mix_sampling_factor", "With several record dirs: each step reads one, with probability "
+            "proportional to its tokens ** factor (1: by size, 0: uniform); each keeps its own memory.")
+    _define("integer", "seed", "Seeds the initialisation, the factorization orders and the source draws.")
+    _define("enum", "strategy", "auto: all local GPUs (mirrored) or the one GPU or the CPU; multi_worker: the cluster "
+            "of TF_CONFIG.", STRATEGIES)
+    _define("list", "devices", "one_device / mirrored: the devices, e.g. /gpu:0,/gpu:1 (default: all GPUs).")
+    _define("string", "tpu", "strategy tpu: the TPU's name or grpc:// address.")
+    _define("enum", "jit_compile", "Compile each replica's forward and backward pass with XLA. auto: on GPUs (and "
+            "uncompiled if XLA cannot compile an op), off on CPUs, where TensorFlow's own kernels are faster, and on "
+            "TPUs, which compile the whole step anyway.", JIT_COMPILE)
+    _define("bool", "tf32", "Let GPUs run float32 matmuls in TF32 (faster on Ampere and later, about 1e-3 relative "
+            "error); off, every float32 matmul is full float32.")
+
+
+def _define_data_and_model_flags():
     # Data: from the records' corpus_info.json unless given (and then they must agree with it); these defaults
     # apply where the records have none (num_passes None: all passes).
     data_defaults = {field.name: field.default for field in dataclasses.fields(InputConfig)}
     cli.define_data_flags({name: data_defaults[name] for name in _DATA_DEFAULTS_FROM_INPUTS} | {"keep_accents": False},
                           note=" Default: the records' (corpus_info.json).")
-    define("integer", "n_token", "Vocabulary size (default: the records' vocab_size).")
-    define("integer", "perm_size", "Factorization-order block size (default: reuse_len).")
+    _define("integer", "n_token", "Vocabulary size (default: the records' vocab_size).")
+    _define("integer", "perm_size", "Factorization-order block size (default: reuse_len).")
     # Model.
-    define("string", "xlnet_config", "Take the model shape (n_layer ... n_token) from this xlnet_config.json, e.g. a "
-           "released model's.")
-    define("integer", "mem_len", "Memory length (positions of earlier batches attended to).")
-    define("bool", "same_length", "Same-length attention. Inert in pretraining, as in the original: it applies to "
-           "uni-directional attention, and pretraining always attends both ways.")
-    define("integer", "clamp_len", "Clamp relative distances to this (-1: no clamping).")
-    define("integer", "n_layer", "Layers.")
-    define("integer", "d_model", "Hidden size.")
+    _define("string", "xlnet_config", "Take the model shape (n_layer ... n_token) from this xlnet_config.json, e.g. a "
+            "released model's.")
+    _define("integer", "mem_len", "Memory length (positions of earlier batches attended to).")
+    _define("bool", "same_length", "Same-length attention. Inert in pretraining, as in the original: it applies to "
+            "uni-directional attention, and pretraining always attends both ways.")
+    _define("integer", "clamp_len", "Clamp relative distances to this (-1: no clamping).")
+    _define("integer", "n_layer", "Layers.")
+    _define("integer", "d_model", "Hidden size.")
     flags.DEFINE_integer("d_embed", None, "The original's flag, which its model never used: the embedding size is "
                          "d_model (given, it must equal it).")
-    define("integer", "n_head", "Attention heads.")
-    define("integer", "d_head", "Size of each head.")
-    define("integer", "d_inner", "Feed-forward inner size.")
-    define("float", "dropout", "Dropout rate.")
-    define("float", "dropatt", "Attention dropout rate.")
-    define("bool", "untie_r", "Untie the attention biases across layers.")
-    define("enum", "ff_activation", "Feed-forward activation.", ACTIVATIONS)
-    define("bool", "use_bfloat16", "Compute in bfloat16: mixed precision, the weights, the layer norms' moments, the "
-           "softmaxes and the loss stay float32.")
-    define("enum", "init", "Initialisation.", INITS)
-    define("float", "init_std", "Standard deviation of the normal initialisation.")
-    define("float", "init_range", "Range of the uniform initialisation.")
+    _define("integer", "n_head", "Attention heads.")
+    _define("integer", "d_head", "Size of each head.")
+    _define("integer", "d_inner", "Feed-forward inner size.")
+    _define("float", "dropout", "Dropout rate.")
+    _define("float", "dropatt", "Attention dropout rate.")
+    _define("bool", "untie_r", "Untie the attention biases across layers.")
+    _define("enum", "ff_activation", "Feed-forward activation.", ACTIVATIONS)
+    _define("bool", "use_bfloat16", "Compute in bfloat16: mixed precision, the weights, the layer norms' moments, the "
+            "softmaxes and the loss stay float32.")
+    _define("enum", "init", "Initialisation.", INITS)
+    _define("float", "init_std", "Standard deviation of the normal initialisation.")
+    _define("float", "init_range", "Range of the uniform initialisation.")
     # The original's flags that select nothing here (its train_gpu.py ignores num_hosts and summary_type).
     flags.DEFINE_integer("num_hosts", 1, "The original's flag, which its train_gpu.py ignores. Only 1: for several "
                          "machines use --strategy=multi_worker.")
