@@ -35,6 +35,7 @@ from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat import hf_tokenizer
 from xlnet_data.pretrain import checkpoints
 from xlnet_data.pretrain.config import ExportConfig, RunConfig, XLNetConfig
+from xlnet_data.pretrain.model_ops import LAYER_NORM_EPSILON  # the original's, which Transformers' XLNet also uses
 from xlnet_data.pretrain.modeling import variable_shapes
 
 WEIGHTS_FILE = "model.safetensors"
@@ -43,7 +44,6 @@ CONFIG_FILE = "config.json"
 # Transformers' ff_activation names that are ours; "gelu" (exact erf) differs from ours by < 1e-3.
 _ACTIVATION_FROM_HF = {"relu": "relu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu"}
 _ACTIVATION_TO_HF = {"relu": "relu", "gelu": "gelu_new"}
-_LAYER_NORM_EPSILON = 1e-12  # the original's (contrib layer_norm), which Transformers' XLNet also uses
 
 
 class HFFormatError(UserError, ValueError):
@@ -149,7 +149,7 @@ def hf_config(model: XLNetConfig, run: RunConfig) -> dict:
         "untie_r": model.untie_r, "attn_type": run.attn_type,
         "mem_len": run.mem_len or None, "reuse_len": run.reuse_len or None, "bi_data": run.bi_data,
         "clamp_len": run.clamp_len, "same_length": run.same_length, "use_mems_eval": True, "use_mems_train": False,
-        "dropout": run.dropout, "initializer_range": run.init_std, "layer_norm_eps": _LAYER_NORM_EPSILON,
+        "dropout": run.dropout, "initializer_range": run.init_std, "layer_norm_eps": LAYER_NORM_EPSILON,
         "pad_token_id": 5, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True,
         "dtype": "float32",
     }

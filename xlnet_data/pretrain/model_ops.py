@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 # contrib.layers.layer_norm's epsilon, which the original uses everywhere.
-_LAYER_NORM_EPSILON = 1e-12
+LAYER_NORM_EPSILON = 1e-12
 
 
 @tf.custom_gradient
@@ -73,7 +73,7 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor) -> tf.Tensor:
     x32 = tf.cast(x, tf.float32)
     mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
     out = tf.nn.batch_normalization(x32, mean, variance, offset=tf.cast(beta, tf.float32),
-                                    scale=tf.cast(gamma, tf.float32), variance_epsilon=_LAYER_NORM_EPSILON)
+                                    scale=tf.cast(gamma, tf.float32), variance_epsilon=LAYER_NORM_EPSILON)
     return tf.cast(out, x.dtype)
 
 

@@ -39,7 +39,6 @@ log = logging.getLogger("xlnet_data")
 # The model's variables, the slots as "<name>/adam_m", "<name>/adam_v", and "global_step", as the
 # original's Saver writes them (see checkpoints.py).
 
-
 def save(model_dir: str, model: XLNet, optimizer: AdamWeightDecay, max_save: int,
          state: Optional[dict[str, tf.Tensor]] = None) -> str:
     """Writes model_dir/model.ckpt-<step>, lists it in model_dir/checkpoint, keeps the last max_save.
