@@ -78,7 +78,8 @@ def test_train_gpu_flag_defaults_are_the_config_classes_defaults():
 def test_train_gpu_defines_its_flags_without_loading_tensorflow():
     """The config classes hold no TensorFlow: a wrong flag is reported before it loads, and the Python API builds
     a TrainConfig without it."""
-    code = ("import sys; from xlnet_data import train_gpu, export_hf; train_gpu.define_flags(); "
+    code = ("import sys; import xlnet_data.pretrain.config; from xlnet_data import train_gpu, export_hf; "
+            "train_gpu.define_flags(); "
             "import xlnet_data as xd; xd.TrainConfig; "
             "print(sorted(m for m in sys.modules if m.startswith('tensorflow')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
