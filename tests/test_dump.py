@@ -19,6 +19,7 @@ from conftest import G1, ROOT, SHARED, g1_file
 
 from xlnet_data.dataformat import inspection
 from xlnet_data.dataformat.records import FEATURES
+from xlnet_data.dataformat.stats import compute_stats, format_stats
 from xlnet_data.dataformat.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, is_start_piece
 
 SPM = SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"
@@ -121,7 +122,7 @@ def test_compute_stats_words_and_cuts():
     # second half: span [4,6) = "100 101" (one whole word); span [8,9) = "100" then 101 follows (cuts)
     ex["is_masked"] = [0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0]
     d = inspection.decode_example(ex, reuse_len=4)
-    s = inspection.compute_stats([d], start_table=table, bsz_per_host=1)
+    s = compute_stats([d], start_table=table, bsz_per_host=1)
     assert s["count"] == 1 and s["batches"] == 1
     assert s["span_pieces"] == {1: 2, 2: 1}
     assert s["span_words"] == {1: 3}
@@ -129,13 +130,13 @@ def test_compute_stats_words_and_cuts():
     assert s["masked"] == {"min": 4, "mean": 4.0, "max": 4}
     # the same example as a backward row: spans are taken in reading order (flipped)
     d = inspection.decode_example(ex, reuse_len=4, reverse=True)
-    s = inspection.compute_stats([d], start_table=table)
+    s = compute_stats([d], start_table=table)
     # memory flipped = 100 100 [101] 100: the span is a continuation piece -> still cuts;
     # second half flipped = cls sep 101 [100] sep 100 [101 100]: "[100]" then sep: no cut;
     # "[101 100]" begins inside a word: cut, 2 words
     assert s["span_words"] == {1: 2, 2: 1}
     assert s["spans_cutting_words"] == 2
-    assert "span length" in inspection.format_stats(s)
+    assert "span length" in format_stats(s)
 
 
 def test_settings_from_file_name_and_corpus_info(tmp_path):

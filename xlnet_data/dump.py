@@ -47,20 +47,17 @@ from xlnet_data.dataformat.examples import generated
 from xlnet_data.dataformat.inspection import (
     SETTING_KEYS,
     InspectionError,
-    UnkCounter,
-    compute_stats,
     decode_example,
     example_to_json,
     format_example,
-    format_stats,
     is_backward_row,
-    plot_stats,
     record_info_batches,
     resolve_inputs,
     resolve_settings,
     resolve_sp_path,
 )
 from xlnet_data.dataformat.record_reader import parse_example, read_records
+from xlnet_data.dataformat.stats import UnkCounter, compute_stats, format_stats, plot_stats
 
 # =====================================================================================
 # The command line (absl flags live only here).
