@@ -96,11 +96,11 @@ def test_failed_unit_leaves_nothing_and_a_rerun_does_only_the_missing_units(loca
     failing = units.Unit(task=1, pass_id=1)
     write_unit_records = units.write_unit_records
 
-    def fail_midway(config, rows, is_start, np_mt, py_mt, out, on_records=None):
+    def fail_midway(settings, rows, is_start, np_mt, py_mt, out, on_records=None):
         if "train-1-1." in out.name:  # out is the temporary file of task 1 pass 1's tfrecords
             out.write(b"half a record")
             raise RuntimeError("injected failure of task 1 pass 1")
-        return write_unit_records(config, rows, is_start, np_mt, py_mt, out, on_records)
+        return write_unit_records(settings, rows, is_start, np_mt, py_mt, out, on_records)
 
     monkeypatch.setattr(units, "write_unit_records", fail_midway)
     with pytest.raises(CreateError, match="injected failure of task 1 pass 1.*run the same command again"):
