@@ -158,7 +158,9 @@ def _size(path):
 
 def make_plan(config: CreateConfig, overwrite=False, keep_cache=False) -> Plan:
     """Checks the model, the inputs and the save_dir; lists the units to run and, for each of their tasks, where
-    its ids go (TaskPlan.in_memory: see _encoded_in_memory). Writes nothing."""
+    its ids go: TaskPlan.in_memory for a task with one unit to run (a run of one pass), which then takes them
+    from memory without writing 4.1 bytes a token and reading them back, unless the cache is asked for
+    (`keep_cache`, --nowrite_records) or a complete one is there. Writes nothing."""
     sp = load_sentencepiece(config.sp_path)
     mismatch = config.from_raw_text and tokenizer.text_settings_mismatch(config.sp_path, config.uncased,
                                                                         config.keep_accents)
@@ -192,21 +194,16 @@ def make_plan(config: CreateConfig, overwrite=False, keep_cache=False) -> Plan:
             todo.append(unit)
             task_files[unit.task] = tuple(files)
     settings = encode.EncodeSettings.of(config)
+    cache_asked = keep_cache or not config.write_records  # --nowrite_records: the cache makes the records
     tasks = {}
     for task, files in task_files.items():
         key = encode.cache_key(settings, files, model_sha256)
-        units_to_run = sum(1 for unit in todo if unit.task == task)
-        tasks[task] = TaskPlan(task, files, key, provenance.made_from(files, model_sha256),
-                               _encoded_in_memory(config, task, key, units_to_run, keep_cache))
+        one_unit = sum(1 for unit in todo if unit.task == task) == 1
+        in_memory = (one_unit and not cache_asked  # a complete cache (a killed run's, a kept one) is read instead
+                     and token_cache.read_index(config.save_dir, task, key) is None)
+        tasks[task] = TaskPlan(task, files, key, provenance.made_from(files, model_sha256), in_memory)
     return Plan(info, todo, tasks, sum(_size(p) for files in task_files.values() for p in files))
 
-
-def _encoded_in_memory(config, task, key, units_to_run, keep_cache):
-    """Whether a task's ids skip the token cache: its one unit to run (a run of one pass) takes them from
-    memory, without writing 4.1 bytes a token and reading them back, unless the cache is asked for
-    (`keep_cache`, --nowrite_records) or a complete one is there (a killed run's: not encoded again)."""
-    return (units_to_run == 1 and not keep_cache and config.write_records
-            and token_cache.read_index(config.save_dir, task, key) is None)
 
 
 def _remove_earlier_units(config: CreateConfig):
