@@ -8,8 +8,8 @@ unit run in that element, with no token cache; another is encoded into its token
 record_info is written last, so a retried element rewrites identical files, and a re-run of a failed pipeline
 skips the complete units (make_plan does). The summary's counts of a complete unit are read back from its
 record_info, where run_unit stores them; a unit that wrote nothing has only the workers' Beam metrics (one
-counter per unit and field), which some runners (DaskRunner) do not collect. Apache Beam is an optional extra, imported
-only here and only when used.
+counter per unit and field), which some runners (DaskRunner) do not collect. Apache Beam is an optional extra,
+imported only here and only when used.
 """
 
 import importlib.util
