@@ -70,6 +70,23 @@ def test_the_layers_import_downwards_only():
     assert all(checked.get(folder) for folder in LAYERS) and sum(checked.values()) > 30, checked  # the walk saw them
 
 
+# create's stages within datagen/, each importing only those after it: the run (job) drives the runners, which
+# follow the plan and run the units; a unit takes its task's ids from the encode stage. What the plan and the
+# units both need lies below them: file names (dataformat/save_dir.py), create_settings (dataformat/record_info.py).
+CREATE_STAGES = ("job", "local_runner", "beam_runner", "plan", "units", "encode")
+
+
+def test_creates_stages_import_one_way():
+    for i, stage in enumerate(CREATE_STAGES):
+        tree = ast.parse((PACKAGE / "datagen" / f"{stage}.py").read_text())
+        named = {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                 and node.module for alias in node.names} | {alias.name for node in ast.walk(tree)
+                                                             if isinstance(node, ast.Import) for alias in node.names}
+        earlier = {f"xlnet_data.datagen.{other}" for other in CREATE_STAGES[:i + 1]}
+        backward = sorted(name for name in named if name in earlier or name.rsplit(".", 1)[0] in earlier)
+        assert not backward, (stage, backward)
+
+
 def test_dump_needs_only_the_data_format():
     """dump reads records, cache-backed units and corpus_info through dataformat/ alone."""
     ours = {name for name in _imported_modules(PACKAGE / "dump.py") if name.split(".")[0] == "xlnet_data"}
