@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from conftest import GOLDEN, golden_flags, needs_shared, read_save_dir, record_infos, run_module
 
+from xlnet_data.dataformat.corpus_info import FORMAT_VERSION
+
 CASES = sorted(p.name for p in GOLDEN.glob("g*")) if GOLDEN.is_dir() else []
 
 
@@ -29,7 +31,11 @@ def assert_same_corpus_info(expected_dir, actual_dir):
         return
     want = json.loads(path.read_text())
     got = json.loads(Path(actual_dir, "corpus_info.json").read_text())
-    assert got.keys() >= want.keys()  # keys of our own (keep_accents, ...) may follow the original's
+    assert list(got)[:len(want)] == list(want)  # the original's keys in its order, then ours
+    ours = list(got)[len(want):]
+    assert ours[:2] == ["keep_accents", "format_version"] and set(ours) <= {"keep_accents", "format_version",
+                                                                           "input_counts"}, ours
+    assert got["format_version"] == FORMAT_VERSION
     for key in want:
         if key not in ("vocab_size", "sp_path", "input_glob"):
             assert got[key] == want[key], key

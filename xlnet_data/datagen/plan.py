@@ -11,6 +11,7 @@ import os
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat import provenance, record_info, save_dir, token_cache, validation
+from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples.loop import Unit
 from xlnet_data.dataformat.record_reader import RecordError
 from xlnet_data.dataformat.vocab import load_sentencepiece
@@ -27,7 +28,7 @@ class CreateError(UserError):
 
 @dataclasses.dataclass
 class Plan:
-    corpus_info: dict
+    corpus_info: CorpusInfo
     units: list[tuple[Unit, list[str]]]  # (unit, its files) still to run
     input_bytes: int
     token_caches: dict[int, str] = dataclasses.field(default_factory=dict)  # task -> its cache key, tasks to run
@@ -39,16 +40,15 @@ class Plan:
         return [(task, files[task], key) for task, key in self.token_caches.items()]
 
 
-def _check_save_dir(config, info, overwrite):
+def _check_save_dir(config, info: CorpusInfo, overwrite):
     path = save_dir.corpus_info_path(config.save_dir)
     if overwrite or not fileio.exists(path):
         return
     try:
-        existing = save_dir.read_json(path)
+        there = CorpusInfo.read(path).settings()  # a corpus_info of an older create lacks the newer keys
     except (OSError, ValueError):
         return
-    there = {**validation.ABSENT_MEANS, **existing}  # a corpus_info of an older create lacks the newer keys
-    differ = [f"{k} {there.get(k)!r} there, {v!r} here" for k, v in info.items() if there.get(k) != v]
+    differ = [f"{k} {there.get(k)!r} there, {v!r} here" for k, v in info.settings().items() if there.get(k) != v]
     if differ:
         raise CreateError(f"{config.save_dir} holds data made with other flags ({'; '.join(differ)}); "
                           "use another --save_dir, or --overwrite")
@@ -154,7 +154,7 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
     if not any(_size(path) for path in paths):
         raise CreateError(f"the corpus is empty: the {len(paths)} file(s) of --input_glob={config.input_glob} "
                           "hold no byte; nothing written")
-    info = units.corpus_info(config, sp.get_piece_size())
+    info = CorpusInfo.of(config, sp.get_piece_size())
     _check_save_dir(config, info, overwrite)
     model_sha256 = provenance.sha256_of(config.sp_path)
     if not overwrite:
@@ -206,4 +206,4 @@ def prepare_save_dir(config: CreateConfig, plan: Plan, overwrite=False):
     if overwrite:
         _remove_earlier_units(config)
     if 0 in config.tasks:
-        save_dir.write_json(save_dir.corpus_info_path(config.save_dir), plan.corpus_info)
+        plan.corpus_info.write(save_dir.corpus_info_path(config.save_dir))
