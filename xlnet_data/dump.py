@@ -126,7 +126,7 @@ def config_from_flags(paths, FLAGS, out) -> DumpConfig:
                       color=color, strict=FLAGS.strict)
 
 
-def _main(argv):
+def main(argv):
     from absl import flags
 
     from xlnet_data import cli
@@ -232,7 +232,7 @@ def run():
     """Entry point of `python -m xlnet_data.dump` and `xlnet-data-dump`."""
     from xlnet_data import cli
 
-    cli.run(_main, "dump", __doc__, define_flags)
+    cli.run(main, "dump", __doc__, define_flags)
 
 
 if __name__ == "__main__":
