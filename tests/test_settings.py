@@ -49,7 +49,8 @@ def _golden_infos():
     return sorted(GOLDEN.glob("*/expected/corpus_info.json")) if GOLDEN.is_dir() else []
 
 
-@pytest.mark.parametrize("original", [ORIGINAL, *_golden_infos()], ids=lambda p: p.parent.parent.name if hasattr(p, "parent") else "inline")
+@pytest.mark.parametrize("original", [ORIGINAL, *_golden_infos()],
+                         ids=lambda p: p.parent.parent.name if hasattr(p, "parent") else "inline")
 def test_an_original_corpus_info_reads_as_version_0(original, tmp_path):
     if not isinstance(original, dict):
         original = json.loads(original.read_text())
