@@ -144,8 +144,7 @@ def config_from_flags():
     if hf.is_hf_dir(FLAGS.init_checkpoint):
         infos = [(d.corpus_info_path, d.corpus_info) for d in record_dirs if d.corpus_info]
         hf_tokenizer.check_vocabulary(FLAGS.init_checkpoint, infos)
-        hf.check_tokenizer_fits_records(FLAGS.init_checkpoint, [(path, info.to_dict()) for path, info in infos],
-                                        f"--init_checkpoint={FLAGS.init_checkpoint}")
+        hf.check_tokenizer_fits_records(FLAGS.init_checkpoint, infos, f"--init_checkpoint={FLAGS.init_checkpoint}")
     if model:
         given = {name: f"--{name}" for name in SHAPE_FLAGS if FLAGS[name].present}
         if resolved["n_token"][1] and not FLAGS["n_token"].present:
