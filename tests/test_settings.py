@@ -16,6 +16,7 @@ from xlnet_data.dataformat import save_dir, selection, settings
 from xlnet_data.dataformat.corpus_info import FORMAT_VERSION, CorpusInfo
 from xlnet_data.dataformat.save_dir import SaveDirError
 from xlnet_data.datagen.config import CreateConfig
+from xlnet_data.datagen.job import create_records
 
 # The original data_utils.py's keys, in the order it writes them.
 ORIGINAL_KEYS = ["vocab_size", "bsz_per_host", "num_core_per_host", "seq_len", "reuse_len", "uncased", "bi_data",
@@ -85,19 +86,21 @@ def test_a_newer_format_or_a_wrong_type_is_one_line_naming_the_file(edit, messag
     assert str(refused.value) == f"{path}: {message}"
 
 
+def _create_config(sp_path, out):
+    return CreateConfig(input_glob=str(SAMPLE_CORPUS / "reina_valera_1909_marcos_santiago.txt"), sp_path=sp_path,
+                        save_dir=str(out), seq_len=32, reuse_len=16, bsz_per_host=4, num_core_per_host=1,
+                        use_tpu=False, num_predict=5, uncased=True, keep_accents=True, bi_data=False).validate()
+
+
 @pytest.fixture(scope="module")
 def save_dir_made(sample_spm, tmp_path_factory):
     """A small save_dir of create (Spanish text, accents kept, uncased, forward rows only)."""
-    from xlnet_data.datagen.job import create_records
     out = tmp_path_factory.mktemp("settings") / "out"
-    config = CreateConfig(input_glob=str(SAMPLE_CORPUS / "reina_valera_1909_marcos_santiago.txt"), sp_path=sample_spm,
-                          save_dir=str(out), seq_len=32, reuse_len=16, bsz_per_host=4, num_core_per_host=1,
-                          use_tpu=False, num_predict=5, uncased=True, keep_accents=True, bi_data=False).validate()
-    create_records(config, num_workers=1)
+    create_records(_create_config(sample_spm, out), num_workers=1)
     return out
 
 
-def test_a_newer_format_stops_dump_and_train_gpu_in_one_line(save_dir_made, tmp_path):
+def test_a_newer_format_stops_dump_train_gpu_and_create_in_one_line(save_dir_made, sample_spm, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(save_dir_made, copy)
     info_path = copy / "corpus_info.json"
@@ -108,7 +111,11 @@ def test_a_newer_format_stops_dump_and_train_gpu_in_one_line(save_dir_made, tmp_
         settings.find_record_dirs(str(copy))  # train_gpu's first step
     result = run_module("xlnet_data.dump", copy, "--limit=1")
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [f"dump: error: {want}"], result.stderr
+    # create does not add units of this version to it (--overwrite makes it again)
+    with pytest.raises(SaveDirError, match="upgrade xlnet-data"):
+        create_records(_create_config(sample_spm, copy), num_workers=1)
     assert save_dir.read_json(str(info_path))["format_version"] == FORMAT_VERSION + 1  # left as it was
+    assert sorted(os.listdir(copy)) == sorted(os.listdir(save_dir_made))
 
 
 # What create was given (test_corpus_info.save_dir_made), by corpus_info key.

@@ -26,6 +26,10 @@ VERSION_KEY = "format_version"
 ABSENT_MEANS = {"keep_accents": False}
 
 
+class NewerFormatError(SaveDirError):
+    """A corpus_info.json of a newer xlnet-data: neither read nor written over."""
+
+
 def recorded(info: Mapping[str, Any], key: str):
     """corpus_info's (or create_settings') `key`, ABSENT_MEANS's value where it lacks it; else None."""
     value = info.get(key) if isinstance(info, Mapping) else getattr(info, key)
@@ -75,7 +79,7 @@ class CorpusInfo:
             raise SaveDirError(f"{path}: {VERSION_KEY}={version!r} is not a format version; re-create the save_dir, "
                                "or fix it")
         if version > FORMAT_VERSION:
-            raise SaveDirError(f"{path}: {VERSION_KEY}={version} is newer than this xlnet-data reads "
+            raise NewerFormatError(f"{path}: {VERSION_KEY}={version} is newer than this xlnet-data reads "
                                f"({FORMAT_VERSION}): upgrade xlnet-data (pip install -U xlnet-data)")
         values = {}
         for field in _SETTINGS:

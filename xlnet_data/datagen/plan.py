@@ -11,7 +11,7 @@ import os
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat import provenance, record_info, save_dir, token_cache, validation
-from xlnet_data.dataformat.corpus_info import CorpusInfo
+from xlnet_data.dataformat.corpus_info import CorpusInfo, NewerFormatError
 from xlnet_data.dataformat.examples.loop import Unit
 from xlnet_data.dataformat.record_reader import RecordError
 from xlnet_data.dataformat.vocab import load_sentencepiece
@@ -46,6 +46,8 @@ def _check_save_dir(config, info: CorpusInfo, overwrite):
         return
     try:
         there = CorpusInfo.read(path).settings()  # a corpus_info of an older create lacks the newer keys
+    except NewerFormatError:  # not to be mixed with units of this version
+        raise
     except (OSError, ValueError):
         return
     differ = [f"{k} {there.get(k)!r} there, {v!r} here" for k, v in info.settings().items() if there.get(k) != v]
