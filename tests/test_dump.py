@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import G1, ROOT, SHARED, g1_file
 
-from xlnet_data.dataformat import inspection
+from xlnet_data.dataformat import inspection, selection, settings
 from xlnet_data.dataformat.records import FEATURES
 from xlnet_data.dataformat.stats import compute_stats, format_stats
 from xlnet_data.dataformat.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, is_start_piece
@@ -141,7 +141,7 @@ def test_compute_stats_words_and_cuts():
 
 def test_settings_from_file_name_and_corpus_info(tmp_path):
     name = "train-1-1.bsz-4.seqlen-64.reuse-32.uncased.uni.alpha-6.beta-1.fnp-10.tfrecords.gz"
-    assert inspection.parse_record_filename(name) == {
+    assert settings.name_settings(name) == {
         "bsz_per_host": 4, "seq_len": 64, "reuse_len": 32, "bi_data": False, "mask_alpha": 6,
         "mask_beta": 1, "uncased": True, "num_predict": 10}
     save = tmp_path / "run" / "out"
@@ -154,25 +154,26 @@ def test_settings_from_file_name_and_corpus_info(tmp_path):
     (tmp_path / "run" / "models").mkdir()
     (tmp_path / "run" / "models" / "sp.model").write_bytes(b"x")
     for arg in (save, save / "tfrecords", rec, str(save / "tfrecords" / "*.tfrecords*")):
-        files, candidates = inspection.resolve_inputs([str(arg)])
+        files, candidates = selection.resolve_inputs([str(arg)])
         assert files == [str(rec)]
-        settings, sources, info, info_path, warnings = inspection.resolve_settings(files, candidates, {"seq_len": None})
-        assert info_path == str(save / "corpus_info.json")
-        assert settings["bi_data"] is True and sources["bi_data"] == "corpus_info.json"
-        assert any("disagrees" in w for w in warnings)           # the name says uni
-    settings, sources, *_ = inspection.resolve_settings(files, candidates, {"bi_data": False})
-    assert settings["bi_data"] is False and sources["bi_data"] == "flag"
+        found = settings.records_settings(files, candidates, {"seq_len": None})
+        assert found.corpus_info_path == str(save / "corpus_info.json")
+        assert found.values["bi_data"] is True and found.sources["bi_data"] == "corpus_info.json"
+        assert found.values["seq_len"] == 64 and found.sources["reuse_len"] == "corpus_info.json"
+        assert any("disagrees" in w for w in found.warnings)           # the name says uni
+    found = settings.records_settings(files, candidates, {"bi_data": False})
+    assert found.values["bi_data"] is False and found.sources["bi_data"] == "flag"
     # sp_path is relative to where the original ran: the save_dir's parent here
-    assert inspection.resolve_sp_path("models/sp.model", str(save / "corpus_info.json"), cwd="/") == \
+    assert selection.resolve_sp_path("models/sp.model", str(save / "corpus_info.json"), cwd="/") == \
         str(tmp_path / "run" / "models" / "sp.model")
-    with pytest.raises(inspection.InspectionError, match="no such file"):
-        inspection.resolve_inputs([str(tmp_path / "nope")])
+    with pytest.raises(selection.InspectionError, match="no such file"):
+        selection.resolve_inputs([str(tmp_path / "nope")])
 
 
 @needs_shared
 def test_sp_path_of_golden_resolves():
     info = json.loads((G1 / "expected" / "corpus_info.json").read_text())
-    found = inspection.resolve_sp_path(info["sp_path"], str(G1 / "expected" / "corpus_info.json"),
+    found = selection.resolve_sp_path(info["sp_path"], str(G1 / "expected" / "corpus_info.json"),
                                  info["input_glob"], cwd="/")
     assert Path(found).resolve() == SPM.resolve()
 

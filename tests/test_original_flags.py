@@ -60,7 +60,7 @@ def test_train_gpu_flag_defaults_are_the_config_classes_defaults():
     import dataclasses
 
     from xlnet_data import train_gpu
-    from xlnet_data.pretrain import data_settings
+    from xlnet_data.dataformat import settings
     from xlnet_data.pretrain.inputs import InputConfig
     from xlnet_data.pretrain.modeling import RunConfig
     from xlnet_data.pretrain.training import TrainConfig
@@ -69,7 +69,7 @@ def test_train_gpu_flag_defaults_are_the_config_classes_defaults():
     compared = 0
     for cls in (TrainConfig, RunConfig):
         for field in dataclasses.fields(cls):
-            if field.name in ours and field.name not in data_settings.DATA_FLAGS and \
+            if field.name in ours and field.name not in settings.TRAIN_FLAGS and \
                     field.default is not dataclasses.MISSING:
                 flag = ours[field.name]
                 assert (tuple(flag) if isinstance(flag, list) else flag) == field.default, (cls.__name__, field.name)

@@ -1,25 +1,15 @@
-"""Looking inside XLNet pretraining records: one example's structure, checks and text, and where a set of records
-and its settings are (the library behind `python -m xlnet_data.dump`; statistics over many: stats.py). No
-TensorFlow.
+"""Looking inside XLNet pretraining records: one example's structure and checks, and its text (dump's views;
+statistics over many: stats.py; which records and their settings: selection.py). No TensorFlow.
 """
 
 import dataclasses
 import functools
-import glob
-import os
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from xlnet_data.common.errors import UserError
-from xlnet_data.dataformat import record_reader, save_dir
 from xlnet_data.dataformat.records import FEATURES
 from xlnet_data.dataformat.vocab import CLS_ID, SEP_ID, SPIECE_UNDERLINE
-
-# =====================================================================================
-# Pure functions: one example's structure, checks and text.
-# =====================================================================================
 
 _SPACE = SPIECE_UNDERLINE
 _COLOR_ON, _COLOR_OFF = "\x1b[1;33m", "\x1b[0m"
@@ -288,166 +278,3 @@ def format_example(decoded, index=None, where=None, color=False, row=None):
     for problem in decoded.problems:
         lines.append(f"  PROBLEM: {problem}")
     return "\n".join(lines)
-
-
-# =====================================================================================
-# Finding the files and their settings (corpus_info.json, file names, flags).
-# =====================================================================================
-
-
-class InspectionError(UserError):
-    """Records, settings or a corpus_info.json that cannot be found or read (one line for the user)."""
-
-
-def parse_record_filename(name):
-    """Settings encoded in a records file name (save_dir.py's scheme), or {} if it has none."""
-    parsed = save_dir.parse_name(name)
-    if parsed is None:
-        return {}
-    settings = dataclasses.asdict(parsed.settings)
-    return {key: value for key, value in settings.items() if value is not None}
-
-
-def resolve_inputs(paths):
-    """Expands PATH arguments (save_dir, tfrecords/ folder, files, globs) into record files.
-
-    Returns (files, corpus_info_candidates): the files in order, without duplicates, and
-    where to look for corpus_info.json (the save_dir, or the parent of a tfrecords/ folder).
-    """
-    if not paths:
-        raise InspectionError("give one or more tfrecords files, a glob or a save_dir (see --help)")
-    files, info_dirs = [], []
-    for path in paths:
-        if os.path.isdir(path):
-            folder = save_dir.tfrecords_dir(path)
-            found = sorted(os.path.join(folder, n) for n in os.listdir(folder)
-                           if save_dir.is_record_file(n) and os.path.isfile(os.path.join(folder, n)))
-            if not found:
-                raise InspectionError(f"no tfrecords files in {folder}")
-            files.extend(found)
-            info_dirs.append(path)
-        elif os.path.isfile(path):
-            files.append(path)
-        elif glob.has_magic(path):
-            found = sorted(p for p in glob.glob(path) if os.path.isfile(p))
-            if not found:
-                raise InspectionError(f"no file matches {path}")
-            files.extend(found)
-        else:
-            raise InspectionError(f"no such file or directory: {path}")
-    for path in files:
-        folder = os.path.dirname(os.path.abspath(path))
-        info_dirs.append(folder)
-        if os.path.basename(folder) == save_dir.TFRECORDS:
-            info_dirs.append(os.path.dirname(folder))
-    unique = {}
-    for path in files:
-        unique.setdefault(os.path.abspath(path), path)
-    candidates = dict.fromkeys(save_dir.corpus_info_path(folder) for folder in info_dirs)
-    return list(unique.values()), list(candidates)
-
-
-def read_examples(*paths, verify_crc=True):
-    """Every example of the records at `paths` (save_dirs, tfrecords/ folders, files or globs), in order,
-    as {feature name: int64 array}; a damaged file raises RecordError naming the file and record."""
-    files, _ = resolve_inputs(list(paths))
-    for path in files:
-        for _, features in record_reader.read_numbered_examples(path, verify_crc=verify_crc):
-            yield features
-
-
-def record_info_batches(files):
-    """Sum of num_batch in the record_info-*.json written beside each records file, or None
-    when one of them is missing or unreadable."""
-    total = 0
-    for path in files:
-        try:
-            total += int(save_dir.read_json(save_dir.record_info_of(path))["num_batch"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-    return total
-
-
-def load_corpus_info(path):
-    """corpus_info.json as a dict; InspectionError if unreadable."""
-    try:
-        return save_dir.read_json(path)
-    except OSError as err:
-        raise InspectionError(f"cannot read {path}: {err}") from None
-    except save_dir.SaveDirError as err:
-        raise InspectionError(str(err)) from None
-
-
-def resolve_sp_path(sp_path, corpus_info_path=None, input_glob=None, cwd=None):
-    """Where a relative sp_path from corpus_info.json is, or None.
-
-    The original wrote the path relative to the directory it ran in. Tried in order: the
-    directory where `input_glob` (also relative to it) matches files, the current
-    directory, the save_dir's parent, the save_dir, then the save_dir's further ancestors.
-    """
-    if not sp_path:
-        return None
-    if os.path.isabs(sp_path):
-        return sp_path if os.path.isfile(sp_path) else None
-    cwd = cwd or os.getcwd()
-    bases = []
-    if corpus_info_path:
-        save_dir = os.path.dirname(os.path.abspath(corpus_info_path))
-        ancestors = [save_dir] + [str(p) for p in Path(save_dir).parents]
-        if input_glob and not os.path.isabs(input_glob):
-            bases.extend(a for a in ancestors if glob.glob(os.path.join(a, input_glob)))
-        bases.append(cwd)
-        bases.extend(ancestors[1:2] + ancestors[:1] + ancestors[2:])
-    else:
-        bases.append(cwd)
-    for base in bases:
-        candidate = os.path.normpath(os.path.join(base, sp_path))
-        if os.path.isfile(candidate):
-            return candidate
-    return None
-
-
-SETTING_KEYS = ("seq_len", "reuse_len", "bsz_per_host", "num_core_per_host", "bi_data", "num_predict")
-
-
-def resolve_settings(files, info_candidates, overrides=None, corpus_info_path=None):
-    """Settings for reading `files`: flags (`overrides`) > corpus_info.json > the file name.
-
-    Returns (settings dict, sources dict name->where from, corpus_info dict or None,
-    corpus_info path or None, warnings list).
-    """
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    warnings = []
-    info, info_path = None, None
-    if corpus_info_path:
-        if not os.path.isfile(corpus_info_path):
-            raise InspectionError(f"corpus_info.json not found: {corpus_info_path}")
-        info_path = corpus_info_path
-    else:
-        info_path = next((c for c in info_candidates if os.path.isfile(c)), None)
-    if info_path:
-        info = load_corpus_info(info_path)
-    from_name = parse_record_filename(files[0]) if files else {}
-    settings, sources = {}, {}
-    for key in SETTING_KEYS:
-        for source, values in (("flag", overrides), ("corpus_info.json", info or {}), ("file name", from_name)):
-            if values.get(key) is not None:
-                settings[key] = values[key]
-                sources[key] = source
-                break
-    if info and from_name:
-        clash = [k for k in ("seq_len", "reuse_len", "bsz_per_host", "bi_data")
-                 if k in from_name and k in info and from_name[k] != info[k]]
-        if clash:
-            warnings.append(f"{info_path} disagrees with the file name on {', '.join(clash)}; "
-                            "using corpus_info.json (override with flags)")
-    if settings.get("bi_data") and "num_core_per_host" not in settings:
-        settings["num_core_per_host"] = 1
-        sources["num_core_per_host"] = "default"
-        warnings.append("num_core_per_host unknown (no corpus_info.json): assuming 1 to tell backward rows; "
-                        "pass --num_core_per_host")
-    if "bi_data" not in settings:
-        settings["bi_data"] = False
-        sources["bi_data"] = "default"
-        warnings.append("bi_data unknown: treating every row as forward; pass --bi_data")
-    return settings, sources, info, info_path, warnings

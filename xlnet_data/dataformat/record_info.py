@@ -2,6 +2,8 @@
 
 import dataclasses
 
+from xlnet_data.dataformat.corpus_info import ABSENT_MEANS
+
 COUNTS = ("files", "lines", "tokens", "records", "num_batch", "dropped_tokens", "invalid_utf8_lines", "skipped_files")
 COUNTS_KEY = "create_counts"  # record_info's key for a unit's COUNTS, read back by runners without metrics
 TOKEN_CACHE_KEY = "token_cache"  # record_info's key of a cache-backed unit (no records): which cache makes them
@@ -36,3 +38,10 @@ def create_settings(config) -> dict:
     for run_only in RUN_ONLY:
         settings.pop(run_only)
     return settings
+
+
+def recorded_create_settings(info: dict):
+    """A record_info's SETTINGS_KEY value, with a setting added since it was written taking its old meaning
+    (ABSENT_MEANS); None, or what is there, where it is not a dict."""
+    settings = info.get(SETTINGS_KEY)
+    return {**ABSENT_MEANS, **settings} if isinstance(settings, dict) else settings

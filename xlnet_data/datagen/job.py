@@ -8,6 +8,7 @@ from typing import Optional
 
 from xlnet_data.common import fileio
 from xlnet_data.dataformat import save_dir
+from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples import generated
 from xlnet_data.datagen import run_lock
 from xlnet_data.datagen.config import CreateConfig
@@ -127,9 +128,9 @@ def _record_input_counts(save_dir_path, counts):
     path = save_dir.corpus_info_path(save_dir_path)
     if not counts or not fileio.exists(path):
         return
-    info = save_dir.read_json(path)
-    info["input_counts"] = {**info.get("input_counts", {}), **counts}
-    save_dir.write_json(path, info)
+    info = CorpusInfo.read(path)
+    earlier = info.extra.get("input_counts", {})
+    dataclasses.replace(info, extra={**info.extra, "input_counts": {**earlier, **counts}}).write(path)
 
 
 def _remove_corpus_info_without_units(save_dir_path):

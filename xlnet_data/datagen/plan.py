@@ -11,10 +11,11 @@ import os
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat import provenance, record_info, save_dir, token_cache, validation
+from xlnet_data.dataformat.corpus_info import CorpusInfo, NewerFormatError
 from xlnet_data.dataformat.examples.loop import Unit
 from xlnet_data.dataformat.record_reader import RecordError
 from xlnet_data.dataformat.vocab import load_sentencepiece
-from xlnet_data.datagen import corpus, encode, tokenizer, units
+from xlnet_data.datagen import corpus, encode, tokenizer
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.corpus import InputError
 
@@ -40,7 +41,7 @@ class TaskPlan:
 
 @dataclasses.dataclass
 class Plan:
-    corpus_info: dict
+    corpus_info: CorpusInfo
     units: list[Unit]  # still to run, by task and pass
     tasks: dict[int, TaskPlan]  # the tasks of `units`
     input_bytes: int
@@ -58,25 +59,20 @@ class Plan:
         return [unit for unit in self.units if self.tasks[unit.task].in_memory]
 
 
-def _check_save_dir(save_dir_path, info, overwrite):
+def _check_save_dir(save_dir_path, info: CorpusInfo, overwrite):
     path = save_dir.corpus_info_path(save_dir_path)
     if overwrite or not fileio.exists(path):
         return
     try:
-        existing = save_dir.read_json(path)
+        there = CorpusInfo.read(path).settings()  # a corpus_info of an older create lacks the newer keys
+    except NewerFormatError:  # not to be mixed with units of this version
+        raise
     except (OSError, ValueError):
         return
-    there = {**validation.ABSENT_MEANS, **existing}  # a corpus_info of an older create lacks the newer keys
-    differ = [f"{k} {there.get(k)!r} there, {v!r} here" for k, v in info.items() if there.get(k) != v]
+    differ = [f"{k} {there.get(k)!r} there, {v!r} here" for k, v in info.settings().items() if there.get(k) != v]
     if differ:
         raise CreateError(f"{save_dir_path} holds data made with other flags ({'; '.join(differ)}); "
                           "use another --save_dir, or --overwrite")
-
-
-def _recorded_settings(info):
-    """A record_info's create_settings, a setting added since it was written taking its old meaning."""
-    settings = info.get(record_info.SETTINGS_KEY)
-    return {**validation.ABSENT_MEANS, **settings} if isinstance(settings, dict) else settings
 
 
 def unit_is_complete(config, unit):
@@ -89,7 +85,7 @@ def unit_is_complete(config, unit):
         info = save_dir.read_json(info_path)
     except (OSError, ValueError):
         return False
-    if _recorded_settings(info) != record_info.create_settings(config):
+    if record_info.recorded_create_settings(info) != record_info.create_settings(config):
         raise CreateError(f"{info_path} was written with other flags; use another --save_dir, or --overwrite")
     if record_info.is_cache_backed(info):  # complete while its cache is there, and if no records are asked
         return not config.write_records and token_cache.referenced_cache_exists(
@@ -121,7 +117,7 @@ def _check_units(config, paths, model_sha256):
     settings = record_info.create_settings(config)
     folder = os.path.join(config.save_dir, save_dir.TFRECORDS)
     for info_path, info in provenance.unit_files(folder):
-        theirs = _recorded_settings(info)
+        theirs = record_info.recorded_create_settings(info)
         if isinstance(theirs, dict) and theirs != settings:
             raise CreateError(f"{config.save_dir} holds units made with other data flags ({info_path}: "
                               f"{'; '.join(_flag_differences(settings, theirs))}); a save_dir holds one run's units: "
@@ -177,7 +173,7 @@ def make_plan(config: CreateConfig, overwrite=False, keep_cache=False) -> Plan:
     if not any(_size(path) for path in paths):
         raise CreateError(f"the corpus is empty: the {len(paths)} file(s) of --input_glob={config.input_glob} "
                           "hold no byte; nothing written")
-    info = units.corpus_info(config, sp.get_piece_size())
+    info = CorpusInfo.of(config, sp.get_piece_size())
     _check_save_dir(config.save_dir, info, overwrite)
     model_sha256 = provenance.sha256_of(config.sp_path)
     if not overwrite:
@@ -236,4 +232,4 @@ def prepare_save_dir(config: CreateConfig, plan: Plan, overwrite=False):
     if overwrite:
         _remove_earlier_units(config)
     if 0 in config.tasks:
-        save_dir.write_json(save_dir.corpus_info_path(config.save_dir), plan.corpus_info)
+        plan.corpus_info.write(save_dir.corpus_info_path(config.save_dir))

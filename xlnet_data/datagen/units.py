@@ -41,17 +41,6 @@ class UnitResult:
     input_counts: dict = dataclasses.field(default_factory=dict)  # see record_info.input_counts
 
 
-def corpus_info(config: CreateConfig, vocab_size):
-    """corpus_info.json's content, in the original's key order; vocab_size is the model's real size."""
-    return {
-        "vocab_size": vocab_size, "bsz_per_host": config.bsz_per_host, "num_core_per_host": config.num_core,
-        "seq_len": config.seq_len, "reuse_len": config.reuse_len, "uncased": config.uncased,
-        "bi_data": config.bi_data, "mask_alpha": config.mask_alpha, "mask_beta": config.mask_beta,
-        "num_predict": config.num_predict, "use_eod": config.use_eod, "sp_path": config.sp_path,
-        "input_glob": config.input_glob, "keep_accents": config.keep_accents,
-    }
-
-
 def write_unit_records(settings: ExampleSettings, rows: layout.Rows, is_start, np_mt, py_mt, out,
                        on_records: Optional[Callable[[int], None]] = None):
     """Writes the unit's records to the binary file `out`; returns the number of batches (steps). With

@@ -36,6 +36,7 @@ from tensorflow.core.framework import summary_pb2
 from xlnet_data.common import fileio, stopping
 from xlnet_data.common.errors import ConfigError, UserError
 from xlnet_data.dataformat import save_dir, validation
+from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples.generated import Position, check_cache
 from xlnet_data.dataformat.record_reader import RecordError, read_numbered_examples
 from xlnet_data.pretrain import checkpoints, hf
@@ -624,7 +625,7 @@ def _records_keep_accents(record_info_dir: str) -> Optional[bool]:
     """Whether create kept accents in the records (their corpus_info.json; no key: the original's stripping),
     None where no corpus_info.json is found."""
     paths = [path for path in map(save_dir.find_corpus_info, record_info_dir.split(",")) if path]
-    return any(bool(save_dir.read_json(path).get("keep_accents", False)) for path in paths) if paths else None
+    return any(CorpusInfo.read(path).value("keep_accents") for path in paths) if paths else None
 
 
 def _newest_readable(model_dir: str) -> Optional[str]:
