@@ -203,3 +203,35 @@ def test_the_compiled_code_cache_is_keyed_on_the_package_code(tmp_path, monkeypa
     (package / "new_room").mkdir()
     shutil.move(package / "dataformat" / "examples" / "masking.py", package / "new_room" / "masking.py")
     assert compiled._cache_dir() not in seen
+
+
+_COMMAND_WITH_ERRORS = """
+import sys
+from xlnet_data import cli
+from xlnet_data.common.errors import UserError
+
+def main(argv):
+    kind = argv[1]
+    print("shown before the error")
+    if kind == "user":
+        raise UserError("the flag was wrong\\nsecond line")
+    if kind == "os":
+        raise FileNotFoundError(2, "No such file or directory", "/no/such/file")
+    raise ValueError("a bug")
+
+cli.run(main, "demo", "a command", lambda: None)
+"""
+
+
+def test_cli_run_is_the_commands_one_handler_of_user_errors():
+    """A UserError or OSError out of a command's main is one line and exit 2, after what main printed; any other
+    exception is a bug and keeps its traceback."""
+    def run(kind):
+        return subprocess.run([sys.executable, "-c", _COMMAND_WITH_ERRORS, kind], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+    user, missing, bug = run("user"), run("os"), run("bug")
+    assert (user.returncode, user.stderr, user.stdout) == (2, "demo: error: the flag was wrong\n",
+                                                           "shown before the error\n")
+    assert (missing.returncode, missing.stderr) == (2, "demo: error: /no/such/file: No such file or directory\n")
+    assert bug.returncode == 1 and "Traceback" in bug.stderr and "ValueError: a bug" in bug.stderr
+

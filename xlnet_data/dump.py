@@ -41,7 +41,6 @@ from typing import Optional
 
 import numpy as np
 
-from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat import settings
 from xlnet_data.dataformat import vocab as _vocab
 from xlnet_data.dataformat.inspection import (
@@ -126,8 +125,6 @@ def config_from_flags(paths, FLAGS, out) -> DumpConfig:
 def main(argv):
     from absl import flags
 
-    from xlnet_data import cli
-
     out, err = sys.stdout, sys.stderr
     for stream in (out, err):
         try:
@@ -141,16 +138,10 @@ def main(argv):
             print(f"warning: {warning}", file=err)
         failing = _show_stats(config, chosen, out, err) if config.stats else _show_examples(config, chosen, out)
         return 1 if config.strict and failing else 0
-    except BrokenPipeError:  # the reader went away (`dump ... | head`): stop quietly (before OSError, its parent)
+    except BrokenPipeError:  # the reader went away (`dump ... | head`): stop quietly (cli.run fails an OSError)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except UserError as error:  # records, settings, a save_dir, a SentencePiece model, a token cache
-        out.flush()
-        return cli.fail("dump", error)
-    except OSError as error:  # e.g. an unwritable --plot path, an unreadable folder
-        out.flush()
-        return cli.fail("dump", cli.os_error_line(error))
 
 
 def _show_stats(config: DumpConfig, chosen: Selection, out, err) -> int:
