@@ -36,6 +36,14 @@ def make_corpus(path, size_mb, one_line=True):
 
 
 
+def add_create_run_flags(parser):
+    """The flags median_create_times reads: which checkout's create, the model, repeats and the time limit."""
+    parser.add_argument("--root", default=str(ROOT), help="the checkout whose create is run")
+    parser.add_argument("--sp_path", default=str(ROOT.parent / "shared" / "data" / "spiece" / "xlnet_cased_spiece.model"))
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=600)
+
+
 def median_create_times(args, input_glob, save_dir_prefix, flags):
     """Median wall and CPU seconds of args.repeat runs of create on core 0 (inf for a run past args.timeout)."""
     times, cpu_times = [], []
@@ -58,13 +66,11 @@ def median_create_times(args, input_glob, save_dir_prefix, flags):
         cpu_times.append(after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime)
     return statistics.median(times), statistics.median(cpu_times)
 
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes_mb", default="1,4,16,50")
-    parser.add_argument("--root", default=str(ROOT), help="the checkout whose create is run")
-    parser.add_argument("--sp_path", default=str(ROOT.parent / "shared" / "data" / "spiece" / "xlnet_cased_spiece.model"))
-    parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--timeout", type=float, default=600)
+    add_create_run_flags(parser)
     args = parser.parse_args()
     print(f"root {args.root}\n\n| MB | corpus | wall s | CPU s | CPU s/MB |\n|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:

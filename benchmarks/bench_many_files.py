@@ -14,7 +14,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from bench_long_line import median_create_times  # the timed runs, as bench_long_line times them
+from bench_long_line import add_create_run_flags, median_create_times  # timed as bench_long_line times them
 
 ROOT = Path(__file__).resolve().parents[1]
 LINES = 30
@@ -34,10 +34,7 @@ def make_corpus(folder, count):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--counts", default="5000,10000,20000")
-    parser.add_argument("--root", default=str(ROOT), help="the checkout whose create is run")
-    parser.add_argument("--sp_path", default=str(ROOT.parent / "shared" / "data" / "spiece" / "xlnet_cased_spiece.model"))
-    parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--timeout", type=float, default=600)
+    add_create_run_flags(parser)
     args = parser.parse_args()
     print(f"root {args.root}\n\n| files | wall s | CPU s | CPU ms/file |\n|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:

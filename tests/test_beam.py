@@ -1,5 +1,6 @@
 """create --runner=beam: Beam's DirectRunner writes the local runner's records; a failed unit is redone alone."""
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -96,11 +97,11 @@ def test_failed_unit_leaves_nothing_and_a_rerun_does_only_the_missing_units(loca
     failing = units.Unit(task=1, pass_id=1)
     write_unit_records = units.write_unit_records
 
-    def fail_midway(config, rows, is_start, np_mt, py_mt, out, on_records=None):
+    def fail_midway(settings, rows, is_start, np_mt, py_mt, out, on_records=None):
         if "train-1-1." in out.name:  # out is the temporary file of task 1 pass 1's tfrecords
             out.write(b"half a record")
             raise RuntimeError("injected failure of task 1 pass 1")
-        return write_unit_records(config, rows, is_start, np_mt, py_mt, out, on_records)
+        return write_unit_records(settings, rows, is_start, np_mt, py_mt, out, on_records)
 
     monkeypatch.setattr(units, "write_unit_records", fail_midway)
     with pytest.raises(CreateError, match="injected failure of task 1 pass 1.*run the same command again"):
@@ -134,4 +135,78 @@ def test_remote_paths_go_through_tf_io_gfile(local_dir, tmp_path):
     (tmp_path / "tfrecords").mkdir()
     for name in tf.io.gfile.listdir(f"{remote}/out/tfrecords"):
         tf.io.gfile.copy(f"{remote}/out/tfrecords/{name}", str(tmp_path / "tfrecords" / name))
+    assert_same_records(local_dir, tmp_path)
+
+
+@needs_shared
+def test_the_plan_encodes_in_memory_a_task_with_one_unit_to_run_and_no_cache(tmp_path):
+    """TaskPlan.in_memory: one unit to run, records written, no --keep_cache, no complete cache of the task."""
+    import sentencepiece as spm
+
+    from xlnet_data.datagen import encode
+    from xlnet_data.datagen.plan import make_plan
+
+    one_pass = dataclasses.replace(g2_config(tmp_path), num_passes=None)
+    in_memory = {task.task: task.in_memory for task in make_plan(one_pass).tasks.values()}
+    assert in_memory == {0: True, 1: True}
+    assert not any(task.in_memory for task in make_plan(one_pass, keep_cache=True).tasks.values())
+    assert not any(task.in_memory for task in make_plan(dataclasses.replace(one_pass, write_records=False)).tasks.values())
+    assert not any(task.in_memory for task in make_plan(g2_config(tmp_path)).tasks.values())  # two passes
+    task = make_plan(one_pass).tasks[1]
+    encode.encode_task(one_pass.save_dir, encode.EncodeSettings.of(one_pass), 1, task.files, task.cache_key,
+                       spm.SentencePieceProcessor(model_file=one_pass.sp_path))
+    assert {task.task: task.in_memory for task in make_plan(one_pass).tasks.values()} == {0: True, 1: False}
+
+
+def spy_on_encoding(monkeypatch):
+    """{"memory": tasks encoded in memory, "cache": tasks given to the encode stage, "written": names of the token
+    cache files written}, filled as the runners (in this process) go."""
+    from xlnet_data.common import fileio
+    from xlnet_data.datagen import encode
+    seen = {"memory": [], "cache": [], "written": []}
+    in_memory, into_cache, atomic_write = encode.encode_in_memory, encode.encode_task, fileio.atomic_write
+
+    def spy_in_memory(settings, task, *args, **kwargs):
+        seen["memory"].append(task)
+        return in_memory(settings, task, *args, **kwargs)
+
+    def spy_into_cache(save_dir, settings, task, *args, **kwargs):
+        seen["cache"].append(task)
+        return into_cache(save_dir, settings, task, *args, **kwargs)
+
+    def spy_atomic_write(path):
+        if f"{os.sep}token_cache{os.sep}" in path:
+            seen["written"].append(os.path.basename(path))
+        return atomic_write(path)
+
+    monkeypatch.setattr(encode, "encode_in_memory", spy_in_memory)
+    monkeypatch.setattr(encode, "encode_task", spy_into_cache)
+    monkeypatch.setattr(fileio, "atomic_write", spy_atomic_write)
+    return seen
+
+
+@needs_beam
+@needs_shared
+@pytest.mark.parametrize("runner", ["local", "beam"])
+def test_both_runners_follow_the_plans_in_memory_decision(local_dir, tmp_path, monkeypatch, runner):
+    """Task 0 with one unit left to run (its pass 1 made by an earlier run) is encoded in memory, task 1 (two
+    units) into its token cache: no cache file of task 0 is ever written, by either runner, and the records
+    are the local runner's of a run of all four units."""
+    from xlnet_data import create_records
+    from xlnet_data.datagen.plan import make_plan
+
+    config = g2_config(tmp_path)
+    create_records(dataclasses.replace(config, task=0, pass_id=1, num_passes=None), num_workers=1)
+    plan = make_plan(config)
+    assert [(unit.task, unit.pass_id) for unit in plan.units] == [(0, 0), (1, 0), (1, 1)]
+    assert plan.tasks[0].in_memory and not plan.tasks[1].in_memory
+    seen = spy_on_encoding(monkeypatch)
+    if runner == "beam":
+        results = create_records(config, beam_args=[f"--runner={IN_PROCESS_RUNNER}"]).units
+    else:
+        results = create_records(config, num_workers=1).units
+    assert [(r.unit.task, r.unit.pass_id) for r in results] == [(0, 0), (1, 0), (1, 1)]
+    assert seen["memory"] == [0] and seen["cache"] == [1]
+    assert sorted(name.split(".")[0] for name in seen["written"]) == ["tokens-1", "tokens-1"]  # its .bin and .json
+    assert not (tmp_path / "token_cache").exists()
     assert_same_records(local_dir, tmp_path)

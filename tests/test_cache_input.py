@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import GOLDEN, golden_flags, needs_shared
 
+from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples import generated
 from xlnet_data.dataformat.token_cache import TokenCacheError
 from xlnet_data.datagen.config import CreateConfig
@@ -202,14 +203,14 @@ def test_corpus_info_is_checked_against_the_cache(cache_dirs, tmp_path, sample_s
     save_dir = tmp_path / "copy"
     shutil.copytree(source, save_dir)
     info_path = save_dir / "corpus_info.json"
-    info = json.loads(info_path.read_text())
+    info = CorpusInfo.read(str(info_path))
     (unit,) = generated.find_cache_units(str(save_dir))
     generated.check_corpus_info(str(info_path), info, unit)  # as create wrote it: fine
     with pytest.raises(TokenCacheError, match=r"vocab_size=1000 contradicts the token cache's SentencePiece model "
                                               r".* \(32000 pieces\)"):
-        generated.check_corpus_info(str(info_path), {**info, "vocab_size": 1000}, unit)
+        generated.check_corpus_info(str(info_path), dataclasses.replace(info, vocab_size=1000), unit)
     with pytest.raises(TokenCacheError, match=r"sp_path=.* is not the SentencePiece model .* was made with"):
-        generated.check_corpus_info(str(info_path), {**info, "sp_path": sample_spm}, unit)
+        generated.check_corpus_info(str(info_path), dataclasses.replace(info, sp_path=sample_spm), unit)
 
 
 def test_the_compiled_loop_releases_the_gil():

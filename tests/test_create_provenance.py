@@ -175,9 +175,9 @@ def test_train_and_dump_refuse_a_save_dir_holding_units_of_two_runs(two_by_two, 
     assert "make it again with create --overwrite" in str(refused.value)
     line = one_error(run_module("xlnet_data.dump", mixed, "--limit=1"))
     assert line == f"dump: error: {refused.value}"
-    from xlnet_data.pretrain import data_settings
+    from xlnet_data.dataformat import settings
     with pytest.raises(SaveDirError, match="were made by different runs of create"):
-        data_settings.find_record_dirs(str(mixed))
+        settings.find_record_dirs(str(mixed))
 
 
 def test_overwrite_with_fewer_tasks_and_passes_leaves_no_unit_of_the_earlier_run(two_by_two, corpus, sample_spm,

@@ -154,11 +154,11 @@ def stall_first_unit(marker):
     from xlnet_data.datagen import units
     write_unit_records = units.write_unit_records
 
-    def stall_once(config, rows, is_start, np_mt, py_mt, out, on_records=None):
+    def stall_once(settings, rows, is_start, np_mt, py_mt, out, on_records=None):
         try:
             claim = os.open(marker + ".claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
-            return write_unit_records(config, rows, is_start, np_mt, py_mt, out, on_records)
+            return write_unit_records(settings, rows, is_start, np_mt, py_mt, out, on_records)
         os.close(claim)
         out.write(b"half a record")
         out.flush()

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 from conftest import G1, ROOT, SHARED, g1_file
 
-from xlnet_data.dataformat import inspection
+from xlnet_data.dataformat import inspection, selection, settings
 from xlnet_data.dataformat.records import FEATURES
+from xlnet_data.dataformat.stats import compute_stats, format_stats
 from xlnet_data.dataformat.vocab import CLS_ID, EOD_ID, EOP_ID, SEP_ID, is_start_piece
 
 SPM = SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"
@@ -121,7 +122,7 @@ def test_compute_stats_words_and_cuts():
     # second half: span [4,6) = "100 101" (one whole word); span [8,9) = "100" then 101 follows (cuts)
     ex["is_masked"] = [0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0]
     d = inspection.decode_example(ex, reuse_len=4)
-    s = inspection.compute_stats([d], start_table=table, bsz_per_host=1)
+    s = compute_stats([d], start_table=table, bsz_per_host=1)
     assert s["count"] == 1 and s["batches"] == 1
     assert s["span_pieces"] == {1: 2, 2: 1}
     assert s["span_words"] == {1: 3}
@@ -129,18 +130,18 @@ def test_compute_stats_words_and_cuts():
     assert s["masked"] == {"min": 4, "mean": 4.0, "max": 4}
     # the same example as a backward row: spans are taken in reading order (flipped)
     d = inspection.decode_example(ex, reuse_len=4, reverse=True)
-    s = inspection.compute_stats([d], start_table=table)
+    s = compute_stats([d], start_table=table)
     # memory flipped = 100 100 [101] 100: the span is a continuation piece -> still cuts;
     # second half flipped = cls sep 101 [100] sep 100 [101 100]: "[100]" then sep: no cut;
     # "[101 100]" begins inside a word: cut, 2 words
     assert s["span_words"] == {1: 2, 2: 1}
     assert s["spans_cutting_words"] == 2
-    assert "span length" in inspection.format_stats(s)
+    assert "span length" in format_stats(s)
 
 
 def test_settings_from_file_name_and_corpus_info(tmp_path):
     name = "train-1-1.bsz-4.seqlen-64.reuse-32.uncased.uni.alpha-6.beta-1.fnp-10.tfrecords.gz"
-    assert inspection.parse_record_filename(name) == {
+    assert settings.name_settings(name) == {
         "bsz_per_host": 4, "seq_len": 64, "reuse_len": 32, "bi_data": False, "mask_alpha": 6,
         "mask_beta": 1, "uncased": True, "num_predict": 10}
     save = tmp_path / "run" / "out"
@@ -153,25 +154,26 @@ def test_settings_from_file_name_and_corpus_info(tmp_path):
     (tmp_path / "run" / "models").mkdir()
     (tmp_path / "run" / "models" / "sp.model").write_bytes(b"x")
     for arg in (save, save / "tfrecords", rec, str(save / "tfrecords" / "*.tfrecords*")):
-        files, candidates = inspection.resolve_inputs([str(arg)])
+        files, candidates = selection.resolve_inputs([str(arg)])
         assert files == [str(rec)]
-        settings, sources, info, info_path, warnings = inspection.resolve_settings(files, candidates, {"seq_len": None})
-        assert info_path == str(save / "corpus_info.json")
-        assert settings["bi_data"] is True and sources["bi_data"] == "corpus_info.json"
-        assert any("disagrees" in w for w in warnings)           # the name says uni
-    settings, sources, *_ = inspection.resolve_settings(files, candidates, {"bi_data": False})
-    assert settings["bi_data"] is False and sources["bi_data"] == "flag"
+        found = settings.records_settings(files, candidates, {"seq_len": None})
+        assert found.corpus_info_path == str(save / "corpus_info.json")
+        assert found.values["bi_data"] is True and found.sources["bi_data"] == "corpus_info.json"
+        assert found.values["seq_len"] == 64 and found.sources["reuse_len"] == "corpus_info.json"
+        assert any("disagrees" in w for w in found.warnings)           # the name says uni
+    found = settings.records_settings(files, candidates, {"bi_data": False})
+    assert found.values["bi_data"] is False and found.sources["bi_data"] == "flag"
     # sp_path is relative to where the original ran: the save_dir's parent here
-    assert inspection.resolve_sp_path("models/sp.model", str(save / "corpus_info.json"), cwd="/") == \
+    assert selection.resolve_sp_path("models/sp.model", str(save / "corpus_info.json"), cwd="/") == \
         str(tmp_path / "run" / "models" / "sp.model")
-    with pytest.raises(inspection.InspectionError, match="no such file"):
-        inspection.resolve_inputs([str(tmp_path / "nope")])
+    with pytest.raises(selection.InspectionError, match="no such file"):
+        selection.resolve_inputs([str(tmp_path / "nope")])
 
 
 @needs_shared
 def test_sp_path_of_golden_resolves():
     info = json.loads((G1 / "expected" / "corpus_info.json").read_text())
-    found = inspection.resolve_sp_path(info["sp_path"], str(G1 / "expected" / "corpus_info.json"),
+    found = selection.resolve_sp_path(info["sp_path"], str(G1 / "expected" / "corpus_info.json"),
                                  info["input_glob"], cwd="/")
     assert Path(found).resolve() == SPM.resolve()
 

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from conftest import GOLDEN, golden_flags, needs_shared, read_save_dir, record_infos, run_module
 
+from xlnet_data.dataformat.corpus_info import FORMAT_VERSION
+
 CASES = sorted(p.name for p in GOLDEN.glob("g*")) if GOLDEN.is_dir() else []
 
 
@@ -22,6 +24,10 @@ def assert_same_records(expected_dir, actual_dir):
     assert record_infos(actual_dir) == record_infos(expected_dir)
 
 
+# corpus_info.json's keys that the original does not write (see dataformat/corpus_info.py).
+OUR_KEYS = ("keep_accents", "format_version", "input_counts")
+
+
 def assert_same_corpus_info(expected_dir, actual_dir):
     path = Path(expected_dir, "corpus_info.json")
     if not path.exists():  # the original writes it from task 0 only
@@ -29,7 +35,11 @@ def assert_same_corpus_info(expected_dir, actual_dir):
         return
     want = json.loads(path.read_text())
     got = json.loads(Path(actual_dir, "corpus_info.json").read_text())
-    assert got.keys() >= want.keys()  # keys of our own (keep_accents, ...) may follow the original's
+    # The original's keys in its order (`want` may be ours: another runner's), then ours.
+    assert [key for key in got if key not in OUR_KEYS] == [key for key in want if key not in OUR_KEYS]
+    ours = [key for key in got if key in OUR_KEYS]
+    assert ours[:2] == ["keep_accents", "format_version"] and list(got)[-len(ours):] == ours, list(got)
+    assert got["format_version"] == FORMAT_VERSION
     for key in want:
         if key not in ("vocab_size", "sp_path", "input_glob"):
             assert got[key] == want[key], key

@@ -60,7 +60,7 @@ def test_train_gpu_flag_defaults_are_the_config_classes_defaults():
     original's); the data flags fall back to InputConfig's where the records have no corpus_info.json."""
     import dataclasses
 
-    from xlnet_data.pretrain import data_settings
+    from xlnet_data.dataformat import settings
     from xlnet_data.pretrain.config import InputConfig, RunConfig, TrainConfig, XLNetConfig
 
     ours = our_flags("train_gpu")
@@ -68,7 +68,7 @@ def test_train_gpu_flag_defaults_are_the_config_classes_defaults():
     for cls in (TrainConfig, RunConfig, XLNetConfig, InputConfig):
         for field in dataclasses.fields(cls):
             if field.name in ours and field.default is not dataclasses.MISSING and (
-                    cls is InputConfig or field.name not in data_settings.DATA_FLAGS):
+                    cls is InputConfig or field.name not in settings.TRAIN_FLAGS):
                 flag = ours[field.name]
                 assert (tuple(flag) if isinstance(flag, list) else flag) == field.default, (cls.__name__, field.name)
                 compared += 1

@@ -70,6 +70,23 @@ def test_the_layers_import_downwards_only():
     assert all(checked.get(folder) for folder in LAYERS) and sum(checked.values()) > 30, checked  # the walk saw them
 
 
+# create's stages within datagen/, each importing only those after it: the run (job) drives the runners, which
+# follow the plan and run the units; a unit takes its task's ids from the encode stage. What the plan and the
+# units both need lies below them: file names (dataformat/save_dir.py), create_settings (dataformat/record_info.py).
+CREATE_STAGES = ("job", "local_runner", "beam_runner", "plan", "units", "encode")
+
+
+def test_creates_stages_import_one_way():
+    for i, stage in enumerate(CREATE_STAGES):
+        tree = ast.parse((PACKAGE / "datagen" / f"{stage}.py").read_text())
+        named = {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                 and node.module for alias in node.names} | {alias.name for node in ast.walk(tree)
+                                                             if isinstance(node, ast.Import) for alias in node.names}
+        earlier = {f"xlnet_data.datagen.{other}" for other in CREATE_STAGES[:i + 1]}
+        backward = sorted(name for name in named if name in earlier or name.rsplit(".", 1)[0] in earlier)
+        assert not backward, (stage, backward)
+
+
 def test_dump_needs_only_the_data_format():
     """dump reads records, cache-backed units and corpus_info through dataformat/ alone."""
     ours = {name for name in _imported_modules(PACKAGE / "dump.py") if name.split(".")[0] == "xlnet_data"}
@@ -186,3 +203,35 @@ def test_the_compiled_code_cache_is_keyed_on_the_package_code(tmp_path, monkeypa
     (package / "new_room").mkdir()
     shutil.move(package / "dataformat" / "examples" / "masking.py", package / "new_room" / "masking.py")
     assert compiled._cache_dir() not in seen
+
+
+_COMMAND_WITH_ERRORS = """
+import sys
+from xlnet_data import cli
+from xlnet_data.common.errors import UserError
+
+def main(argv):
+    kind = argv[1]
+    print("shown before the error")
+    if kind == "user":
+        raise UserError("the flag was wrong\\nsecond line")
+    if kind == "os":
+        raise FileNotFoundError(2, "No such file or directory", "/no/such/file")
+    raise ValueError("a bug")
+
+cli.run(main, "demo", "a command", lambda: None)
+"""
+
+
+def test_cli_run_is_the_commands_one_handler_of_user_errors():
+    """A UserError or OSError out of a command's main is one line and exit 2, after what main printed; any other
+    exception is a bug and keeps its traceback."""
+    def run(kind):
+        return subprocess.run([sys.executable, "-c", _COMMAND_WITH_ERRORS, kind], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+    user, missing, bug = run("user"), run("os"), run("bug")
+    assert (user.returncode, user.stderr, user.stdout) == (2, "demo: error: the flag was wrong\n",
+                                                           "shown before the error\n")
+    assert (missing.returncode, missing.stderr) == (2, "demo: error: /no/such/file: No such file or directory\n")
+    assert bug.returncode == 1 and "Traceback" in bug.stderr and "ValueError: a bug" in bug.stderr
+

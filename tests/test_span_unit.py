@@ -6,7 +6,8 @@ import dataclasses
 from conftest import SAMPLE_CORPUS, XLNET_SPM, needs_shared
 
 from xlnet_data.dataformat import record_reader, vocab
-from xlnet_data.dataformat.inspection import compute_stats, decode_example, is_backward_row
+from xlnet_data.dataformat.inspection import decode_example, is_backward_row
+from xlnet_data.dataformat.stats import compute_stats
 from xlnet_data.datagen.config import CreateConfig
 
 CONFIG = CreateConfig(seq_len=128, reuse_len=64, num_predict=21, bsz_per_host=8, num_core_per_host=1,

@@ -1,5 +1,6 @@
 """The encode stage: each task encoded once into a token cache that all its passes read back, in any order."""
 
+import dataclasses
 import json
 import os
 
@@ -9,7 +10,7 @@ from conftest import GOLDEN, golden_flags, needs_shared, run_module
 from test_beam import needs_beam
 from test_golden import assert_same_records
 
-from xlnet_data.dataformat import save_dir, token_cache
+from xlnet_data.dataformat import provenance, save_dir, token_cache
 from xlnet_data.datagen import corpus, encode
 from xlnet_data.datagen.config import CreateConfig
 
@@ -24,8 +25,9 @@ def encode_files(tmp_path, sample_spm, files, **settings):
     import sentencepiece as spm
     config = CreateConfig(input_glob="unused", sp_path=sample_spm, save_dir=str(tmp_path / "out"), from_raw_text=False,
                           **settings)
-    key = encode.cache_key(config, files)
-    encode.encode_task(config, 0, files, key, spm.SentencePieceProcessor(model_file=sample_spm))
+    key = encode.cache_key(encode.EncodeSettings.of(config), files, provenance.sha256_of(sample_spm))
+    encode.encode_task(config.save_dir, encode.EncodeSettings.of(config), 0, files, key,
+                       spm.SentencePieceProcessor(model_file=sample_spm))
     return config, key
 
 
@@ -85,7 +87,8 @@ def test_a_task_encoded_in_memory_gives_the_stream_and_counts_of_its_cache(tmp_p
     config, key = encode_files(tmp_path, sample_spm, files, use_eod=False)
     index = token_cache.read_index(config.save_dir, 0, key)
     for order in ([0, 1, 2, 3], [3, 1, 0, 2], [2, 3, 1, 0]):
-        encoded = encode.encode_in_memory(config, 0, files, spm.SentencePieceProcessor(model_file=sample_spm))
+        encoded = encode.encode_in_memory(encode.EncodeSettings.of(config), 0, files,
+                                          spm.SentencePieceProcessor(model_file=sample_spm))
         assert encoded.index.skipped_files == index.skipped_files == 1
         assert encoded.index.shards == [{k: v for k, v in shard.items() if not k.endswith("_offset")}
                                         for shard in index.shards]
@@ -102,10 +105,12 @@ def test_a_changed_file_model_or_flag_gives_another_key_and_a_found_cache_is_not
     caplog.set_level("INFO", logger="xlnet_data")
     assert encode_files(tmp_path, sample_spm, files)[1] == key
     assert "task 0: token cache found (3 tokens); not encoded again" in caplog.text
-    assert encode.cache_key(config.__class__(**{**config.__dict__, "use_eod": False}), files) != key
+    settings, model = encode.EncodeSettings.of(config), provenance.sha256_of(sample_spm)
+    assert encode.cache_key(dataclasses.replace(settings, use_eod=False), files, model) != key
+    assert encode.cache_key(settings, files, "another model's sha256") != key
     id_file(tmp_path / "a.txt", [[1, 2], [4]])  # same size: the modification time tells
     os.utime(tmp_path / "a.txt", ns=(1, 1))
-    assert encode.cache_key(config, files) != key
+    assert encode.cache_key(settings, files, model) != key
 
 
 MULTI_PASS = GOLDEN / "g6_num_passes"  # --num_passes=3, bi_data; expected = the original's three runs

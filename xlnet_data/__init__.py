@@ -25,7 +25,7 @@ _API = {
     "CreateConfig": "xlnet_data.datagen.config",
     "create_records": "xlnet_data.datagen.job",
     "CreateSummary": "xlnet_data.datagen.job",
-    "read_examples": "xlnet_data.dataformat.inspection",
+    "read_examples": "xlnet_data.dataformat.selection",
     "decode_example": "xlnet_data.dataformat.inspection",
     "SpmTrainConfig": "xlnet_data.datagen.tokenizer",
     "train_sentencepiece": "xlnet_data.datagen.tokenizer",

@@ -12,6 +12,7 @@ import sys
 from absl import app, flags
 
 from xlnet_data.common import stopping
+from xlnet_data.common.errors import UserError
 
 FLAGS = flags.FLAGS
 
@@ -75,9 +76,14 @@ def os_error_line(err: OSError) -> str:
     return f"{err.filename}: {reason}" if err.filename is not None else reason
 
 
-def run(main, program, doc, define_flags):
+def run(main, program, doc, define_flags, stopped_note=""):
     """Defines the command's flags and runs `main` under absl. A bad or unknown flag is one line
     `program: error: ...` and exit status 2.
+
+    This is the commands' one handler of what a user can fix: a UserError (the root of them, common/errors.py)
+    or an OSError (a missing file, a full disk, a permission) out of `main` is one line and exit status 2, a
+    signal (stopping.Stopped) `stopped by SIGNAL` and `stopped_note` (what is kept, what to do) and 130/143.
+    Anything else is a bug and keeps its traceback.
 
     `doc` heads --help (absl prints __main__'s docstring: a console-script wrapper has none, and under
     `python -m xlnet_data COMMAND` it would be the dispatcher's), and the flags just defined are
@@ -106,12 +112,18 @@ def run(main, program, doc, define_flags):
             raise
 
     def main_until_stopped(argv):
-        # Commands that stop in their own way (a checkpoint, a summary of what is kept) catch Stopped first.
+        # Commands that stop in their own way (train_gpu saves a checkpoint first) catch Stopped themselves.
         try:
             with stopping.stop_on_signals():
                 return main(argv)
         except stopping.Stopped as stop:
-            fail(program, f"stopped by {stop.name}")
+            fail(program, f"stopped by {stop.name}{stopped_note}")
             return stop.exit_status
+        except UserError as err:
+            sys.stdout.flush()  # what was shown before the error comes before its line
+            return fail(program, err)
+        except OSError as err:
+            sys.stdout.flush()
+            return fail(program, os_error_line(err))
 
     app.run(main_until_stopped, flags_parser=parse)

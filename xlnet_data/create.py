@@ -12,8 +12,6 @@ from absl import flags
 
 from xlnet_data import cli
 from xlnet_data.common import memory
-from xlnet_data.common.errors import UserError
-from xlnet_data.common.stopping import Stopped, stop_on_signals
 from xlnet_data.datagen import beam_runner
 from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, CreateConfig
 from xlnet_data.datagen.job import create_records
@@ -76,22 +74,12 @@ def main(argv):
     logging.getLogger().setLevel(logging.INFO)
     memory.release_large_blocks_promptly()  # the process's, as in the workers (--num_workers=1 runs here)
     start = time.time()
-    try:
-        with stop_on_signals():
-            config = cli.config_from_flags(CreateConfig).validate()
-            beam_args = None
-            if FLAGS.runner == "beam":  # Beam and its options are checked before anything is written
-                beam_args = beam_runner.pipeline_args(FLAGS.beam_runner, FLAGS.beam_options)
-            summary = create_records(config, overwrite=FLAGS.overwrite, num_workers=FLAGS.num_workers,
-                                     beam_args=beam_args, keep_cache=FLAGS.keep_cache)
-    except Stopped as stop:
-        cli.fail("create", f"stopped by {stop.name}; complete units are kept and nothing is half-written: "
-                           "run the same command again to do the rest")
-        return stop.exit_status
-    except UserError as err:  # a flag, an input, the save_dir, a worker killed (out of memory)...
-        return cli.fail("create", err)
-    except OSError as err:
-        return cli.fail("create", cli.os_error_line(err))
+    config = cli.config_from_flags(CreateConfig).validate()
+    beam_args = None
+    if FLAGS.runner == "beam":  # Beam and its options are checked before anything is written
+        beam_args = beam_runner.pipeline_args(FLAGS.beam_runner, FLAGS.beam_options)
+    summary = create_records(config, overwrite=FLAGS.overwrite, num_workers=FLAGS.num_workers,
+                             beam_args=beam_args, keep_cache=FLAGS.keep_cache)
     for r in summary.units:
         if r.skipped:
             log.warning("task %d pass %d: %s", r.unit.task, r.unit.pass_id, r.skipped)
@@ -103,7 +91,8 @@ def main(argv):
 
 
 def run():
-    cli.run(main, "create", __doc__, define_flags)
+    cli.run(main, "create", __doc__, define_flags, stopped_note="; complete units are kept and nothing is "
+            "half-written: run the same command again to do the rest")
 
 
 if __name__ == "__main__":

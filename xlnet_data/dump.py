@@ -32,35 +32,23 @@ example (one line `dump: error: ...` naming the file, the record and its byte);
 1 with --strict when a record fails the layout or target checks.
 """
 
+import dataclasses
 import importlib.util
-import itertools
 import json
 import os
 import sys
+from typing import Optional
 
 import numpy as np
 
-from xlnet_data.common.errors import UserError
-from xlnet_data.dataformat import provenance, save_dir, validation
+from xlnet_data.dataformat import settings
 from xlnet_data.dataformat import vocab as _vocab
-from xlnet_data.dataformat.examples import generated
 from xlnet_data.dataformat.inspection import (
-    SETTING_KEYS,
-    InspectionError,
-    UnkCounter,
-    compute_stats,
-    decode_example,
     example_to_json,
     format_example,
-    format_stats,
-    is_backward_row,
-    plot_stats,
-    record_info_batches,
-    resolve_inputs,
-    resolve_settings,
-    resolve_sp_path,
 )
-from xlnet_data.dataformat.record_reader import parse_example, read_records
+from xlnet_data.dataformat.selection import InspectionError, Selection, SelectionConfig, select
+from xlnet_data.dataformat.stats import UnkCounter, compute_stats, format_stats, plot_stats
 
 # =====================================================================================
 # The command line (absl flags live only here).
@@ -105,46 +93,38 @@ def define_flags():
     flags.DEFINE_integer("pass_id", None, "Only the units of this pass.", lower_bound=0)
 
 
-def _selected_records(files, skip, limit, verify_crc, cache_units=None):
-    """(global index, (file, record index, offset, payload)) of the selected records, read lazily (made from the
-    token cache for `cache_units`: `files` are then their record_info paths, offsets None)."""
-    if cache_units:
-        every = ((unit.info_path, index, None, payload) for unit in cache_units
-                 for index, payload in enumerate(generated.unit_payloads(unit)))
-    else:
-        every = ((path, *record) for path in files for record in read_records(path, verify_crc))
-    return itertools.islice(enumerate(every), skip, None if limit is None else skip + limit)
+@dataclasses.dataclass(frozen=True)
+class DumpConfig:
+    """The records to read (selection.py), and how to show them."""
+
+    selection: SelectionConfig
+    format: str = "text"
+    stats: bool = False
+    plot: Optional[str] = None
+    color: bool = False
+    strict: bool = False
 
 
-def _of_unit(path, task, pass_id):
-    """Whether a records or record_info file belongs to the --task / --pass_id selection."""
-    parsed = save_dir.parse_name(path)
-    if task is None and pass_id is None:
-        return True
-    return parsed is not None and task in (None, parsed.task) and pass_id in (None, parsed.pass_id)
+def config_from_flags(paths, FLAGS, out) -> DumpConfig:
+    skip, limit = FLAGS.skip, FLAGS.limit
+    if FLAGS.example is not None:
+        if FLAGS.skip or FLAGS.limit is not None:
+            raise InspectionError("--example cannot be combined with --skip or --limit")
+        skip, limit = FLAGS.example, 1
+    if FLAGS.plot and importlib.util.find_spec("matplotlib") is None:
+        raise InspectionError("--plot needs matplotlib: pip install matplotlib (or pip install 'xlnet-data[plot]')")
+    overrides = {key: FLAGS[key].value for key in settings.READ_KEYS if key != "num_predict"}
+    selection = SelectionConfig(tuple(paths), skip=skip, limit=limit, task=FLAGS.task, pass_id=FLAGS.pass_id,
+                                verify_crc=FLAGS.verify_crc, sp_path=FLAGS.sp_path, corpus_info=FLAGS.corpus_info,
+                                overrides=overrides)
+    color = FLAGS.color == "always" or (FLAGS.color == "auto" and out.isatty() and not os.environ.get("NO_COLOR"))
+    return DumpConfig(selection, format=FLAGS.format, stats=bool(FLAGS.stats or FLAGS.plot), plot=FLAGS.plot,
+                      color=color, strict=FLAGS.strict)
 
 
-def _cache_units(paths, task, pass_id):
-    """The selected units of a cache-backed save_dir given as the only PATH, else None."""
-    if len(paths) != 1 or not os.path.isdir(paths[0]):
-        return None
-    found = generated.find_cache_units(paths[0])
-    if not found:
-        return None
-    chosen = [unit for unit in found if _of_unit(unit.info_path, task, pass_id)]
-    if not chosen:
-        raise InspectionError(f"no unit of --task={task} --pass_id={pass_id} in {paths[0]}")
-    for unit in chosen:  # a missing or stale cache: one line
-        generated.check_cache(unit)
-    return chosen
-
-
-def _main(argv):
+def main(argv):
     from absl import flags
 
-    from xlnet_data import cli
-
-    FLAGS = flags.FLAGS
     out, err = sys.stdout, sys.stderr
     for stream in (out, err):
         try:
@@ -152,137 +132,69 @@ def _main(argv):
         except (AttributeError, ValueError):
             pass
     try:
-        return _dump(argv[1:], FLAGS, out, err)
-    except BrokenPipeError:  # the reader went away (`dump ... | head`): stop quietly (before OSError, its parent)
+        config = config_from_flags(argv[1:], flags.FLAGS, out)
+        chosen = select(config.selection)
+        for warning in chosen.warnings:
+            print(f"warning: {warning}", file=err)
+        failing = _show_stats(config, chosen, out, err) if config.stats else _show_examples(config, chosen, out)
+        return 1 if config.strict and failing else 0
+    except BrokenPipeError:  # the reader went away (`dump ... | head`): stop quietly (cli.run fails an OSError)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except UserError as error:  # records, settings, a save_dir, a SentencePiece model, a token cache
-        out.flush()
-        return cli.fail("dump", error)
-    except OSError as error:  # e.g. an unwritable --plot path, an unreadable folder
-        out.flush()
-        return cli.fail("dump", cli.os_error_line(error))
 
 
-def _dump(paths, FLAGS, out, err):
-    skip, limit = FLAGS.skip, FLAGS.limit
-    if FLAGS.example is not None:
-        if FLAGS.skip or FLAGS.limit is not None:
-            raise InspectionError("--example cannot be combined with --skip or --limit")
-        skip, limit = FLAGS.example, 1
-    want_stats = FLAGS.stats or FLAGS.plot
-    if FLAGS.plot and importlib.util.find_spec("matplotlib") is None:
-        raise InspectionError("--plot needs matplotlib: pip install matplotlib (or pip install 'xlnet-data[plot]')")
+def _show_stats(config: DumpConfig, chosen: Selection, out, err) -> int:
+    """The statistics table (or JSON object), and the --plot; returns the count of records failing the checks."""
+    table = _vocab.start_piece_table(chosen.sp) if chosen.sp is not None else None
+    unk = UnkCounter()
 
-    cache_units = _cache_units(paths, FLAGS.task, FLAGS.pass_id)
-    if cache_units:  # a cache-backed save_dir: its units' record_infos stand for the files
-        files = [unit.info_path for unit in cache_units]
-        candidates = [save_dir.corpus_info_path(paths[0])]
+    def counted(stream):
+        for _, path, _, decoded in stream:
+            unk.add(path, decoded.input)
+            yield decoded
+    stats = compute_stats(counted(chosen.decoded(with_sp=False)), start_table=table,
+                          bsz_per_host=chosen.settings.values.get("bsz_per_host"))
+    stats["files"] = chosen.files
+    stats["settings"] = chosen.settings.values
+    stats["keep_accents"] = chosen.keep_accents
+    stats["unk_per_file"] = unk.per_file
+    if chosen.config.skip == 0 and chosen.config.limit is None:
+        stats["record_info_num_batch"] = chosen.record_info_num_batch()
+    if config.format == "json":
+        print(json.dumps(stats, default=_json_default), file=out)
     else:
-        files, candidates = resolve_inputs(paths)
-        files = [path for path in files if _of_unit(path, FLAGS.task, FLAGS.pass_id)]
-        if not files:
-            raise InspectionError(f"no records file of --task={FLAGS.task} --pass_id={FLAGS.pass_id} in {paths}")
-        validation.check_record_files(files)  # each file holds the records its record_info lists
-    model_sha256 = {validation.check_units_agree(folder)  # one run's units (data flags, SentencePiece model)
-                    for folder in sorted({os.path.dirname(os.path.abspath(path)) for path in files})} - {None}
-    overrides = {k: getattr(FLAGS, k) for k in SETTING_KEYS if k != "num_predict"}
-    settings, sources, info, info_path, warnings = resolve_settings(
-        files, candidates, overrides, corpus_info_path=FLAGS.corpus_info)
-    if info_path:  # corpus_info.json against the record_infos beside the records and their first records
-        validation.check_corpus_info(info_path, info, os.path.dirname(os.path.abspath(files[0])))
-        for unit in cache_units or ():
-            generated.check_corpus_info(info_path, info, unit)
+        print(_preamble(chosen), file=out)
+        print(format_stats(stats), file=out)
+    if config.plot:
+        plot_stats(stats, config.plot)
+        print(f"wrote {config.plot}", file=err)
+    return stats["records_failing_checks"]
 
-    sp = sp_where = None
-    if FLAGS.sp_path:
-        sp = _vocab.load_sentencepiece(FLAGS.sp_path)
-        sp_where = FLAGS.sp_path
-    else:
-        declared = (info or {}).get("sp_path")
-        found = resolve_sp_path(declared, info_path, (info or {}).get("input_glob"))
-        if found:
-            try:
-                sp = _vocab.load_sentencepiece(found)
-                sp_where = found
-                if model_sha256 and provenance.sha256_of(found) not in model_sha256:
-                    raise InspectionError(f"{found} (corpus_info.json's sp_path) is not the SentencePiece model the "
-                                          "records were made with (it changed since): pass that model's "
-                                          "--sp_path, or make the records again")
-            except _vocab.VocabError as error:
-                warnings.append(f"{error}; showing ids (pass --sp_path)")
-        else:
-            why = (f"corpus_info.json's sp_path {declared!r} not found" if declared
-                   else "no SentencePiece model known")
-            warnings.append(f"{why}: showing ids, no word statistics (pass --sp_path)")
-    for warning in warnings:
-        print(f"warning: {warning}", file=err)
 
-    # Not a setting to read the records by: how their text was made (see create --keep_accents).
-    accents = validation.recorded(info, "keep_accents") if info else None
-    keep_accents = (f"{accents} (corpus_info.json{'' if 'keep_accents' in info else ', absent: the original accent removal'})"
-                    if info else "unknown (no corpus_info.json)")
-    seq_len = settings.get("seq_len")
-    reuse_len = settings.get("reuse_len")
-    bsz = settings.get("bsz_per_host")
-    vocab_size = sp.get_piece_size() if sp is not None else None
-    color = FLAGS.color == "always" or (FLAGS.color == "auto" and out.isatty() and not os.environ.get("NO_COLOR"))
-
-    def decoded_stream(with_sp):
-        for index, (path, record, offset, payload) in _selected_records(files, skip, limit, FLAGS.verify_crc,
-                                                                        cache_units):
-            features = parse_example(payload, seq_len, vocab_size, path, record, offset)
-            reverse = is_backward_row(record, bsz, settings.get("num_core_per_host"), settings.get("bi_data"))
-            decoded = decode_example(features, sp if with_sp else None, reuse_len, reverse)
-            yield index, path, record, decoded
-
-    if want_stats:
-        table = _vocab.start_piece_table(sp) if sp is not None else None
-        unk = UnkCounter()
-
-        def counted(stream):
-            for _, path, _, decoded in stream:
-                unk.add(path, decoded.input)
-                yield decoded
-        stats = compute_stats(counted(decoded_stream(False)), start_table=table, bsz_per_host=bsz)
-        stats["files"] = files
-        stats["settings"] = settings
-        stats["keep_accents"] = accents
-        stats["unk_per_file"] = unk.per_file
-        if skip == 0 and limit is None:
-            stats["record_info_num_batch"] = (sum(unit.num_batch for unit in cache_units) if cache_units
-                                              else record_info_batches(files))
-        if FLAGS.format == "json":
-            print(json.dumps(stats, default=_json_default), file=out)
-        else:
-            print(_preamble(files, settings, sources, info_path, sp_where, keep_accents), file=out)
-            print(format_stats(stats), file=out)
-        if FLAGS.plot:
-            plot_stats(stats, FLAGS.plot)
-            print(f"wrote {FLAGS.plot}", file=err)
-        return 1 if FLAGS.strict and stats["records_failing_checks"] else 0
-
-    if FLAGS.format == "text":
-        print(_preamble(files, settings, sources, info_path, sp_where, keep_accents), file=out)
+def _show_examples(config: DumpConfig, chosen: Selection, out) -> int:
+    """Each selected example (text or a JSON line), then a verdict; returns the count failing the checks."""
+    if config.format == "text":
+        print(_preamble(chosen), file=out)
+    bsz = chosen.settings.values.get("bsz_per_host")
     shown = failing = 0
-    for index, path, record, decoded in decoded_stream(True):
+    for index, path, record, decoded in chosen.decoded():
         shown += 1
-        check = decoded.target_check
-        if decoded.problems or check.num_violations:
+        if decoded.problems or decoded.target_check.num_violations:
             failing += 1
-        if FLAGS.format == "json":
+        if config.format == "json":
             print(json.dumps(example_to_json(decoded, index=index, file=path, record=record),
                              ensure_ascii=False), file=out)
         else:
             row = record % bsz if bsz else None
-            where = f"{os.path.basename(path)}:{record}" if len(files) > 1 or index != record else f"record {record}"
-            print(format_example(decoded, index=index, where=where, color=color, row=row), file=out)
+            several = len(chosen.files) > 1 or index != record
+            where = f"{os.path.basename(path)}:{record}" if several else f"record {record}"
+            print(format_example(decoded, index=index, where=where, color=config.color, row=row), file=out)
             print(file=out)
-    if FLAGS.format == "text":
+    if config.format == "text":
         verdict = "all checks pass" if not failing else f"{failing} FAIL the layout/target checks"
         print(f"# {shown} example(s) shown; {verdict}", file=out)
-    return 1 if FLAGS.strict and failing else 0
+    return failing
 
 
 def _json_default(value):
@@ -293,12 +205,14 @@ def _json_default(value):
     raise TypeError(type(value).__name__)
 
 
-def _preamble(files, settings, sources, info_path, sp_where, keep_accents):
+def _preamble(chosen: Selection):
+    files, found = chosen.files, chosen.settings
     shown = ", ".join(files[:3]) + (f" … ({len(files)} files)" if len(files) > 3 else "")
-    parts = [f"{k} {settings[k]} ({sources.get(k)})" for k in SETTING_KEYS if k in settings]
-    parts.append(f"keep_accents {keep_accents}")
+    parts = [f"{k} {found.values[k]} ({found.sources.get(k)})" for k in settings.READ_KEYS if k in found.values]
+    parts.append(f"keep_accents {chosen.keep_accents_text()}")
     lines = [f"# files: {shown}", f"# settings: {'; '.join(parts)}"]
-    lines.append(f"# corpus_info: {info_path or 'none'}; SentencePiece: {sp_where or 'none (ids shown)'}")
+    lines.append(f"# corpus_info: {found.corpus_info_path or 'none'}; "
+                 f"SentencePiece: {chosen.sp_where or 'none (ids shown)'}")
     return "\n".join(lines)
 
 
@@ -306,7 +220,7 @@ def run():
     """Entry point of `python -m xlnet_data.dump` and `xlnet-data-dump`."""
     from xlnet_data import cli
 
-    cli.run(_main, "dump", __doc__, define_flags)
+    cli.run(main, "dump", __doc__, define_flags)
 
 
 if __name__ == "__main__":

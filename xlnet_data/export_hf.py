@@ -19,12 +19,11 @@ from absl import flags
 
 from xlnet_data import cli
 from xlnet_data.common.errors import ConfigError, UserError
-from xlnet_data.dataformat import provenance, save_dir
+from xlnet_data.dataformat import provenance, save_dir, settings
 from xlnet_data.pretrain.config import ExportConfig, RunConfig, XLNetConfig
 
 FLAGS = flags.FLAGS
 _RUN_FLAGS = ("mem_len", "reuse_len", "bi_data", "clamp_len", "same_length")
-_TOKENIZER_FLAGS = ("uncased", "keep_accents")
 
 
 def define_flags():
@@ -82,7 +81,7 @@ def config_from_flags():
     if not os.path.isfile(xlnet_config):
         raise ConfigError(f"--xlnet_config is needed: no xlnet_config.json in {where}")
     run_config = os.path.join(where, "run_config.json")
-    run, recorded = RunConfig(), {}
+    run, recorded = RunConfig(), None
     if os.path.isfile(run_config):
         run = RunConfig.from_json(run_config)
         recorded = save_dir.read_json(run_config)
@@ -91,22 +90,9 @@ def config_from_flags():
                               f"trained on ({run_config} records its sha256): pass that model")
     run = dataclasses.replace(run, **{name: FLAGS[name].value for name in _RUN_FLAGS if FLAGS[name].present})
     return ExportConfig(checkpoint=checkpoint, model=XLNetConfig.from_json(xlnet_config), run=run,
-                           sp_path=FLAGS.sp_path, output_dir=FLAGS.output_dir, overwrite=FLAGS.overwrite,
-                           **{name: _tokenizer_setting(name, recorded, run_config) for name in _TOKENIZER_FLAGS})
-
-
-def _tokenizer_setting(name, recorded, run_config):
-    """The flag's value, else the training run's (run_config.json: train_gpu took it from the records'
-    corpus_info.json), else False; a flag that contradicts the run's would make a tokenizer that gives other
-    pieces than the model learnt from, and is refused."""
-    if name not in recorded:
-        return bool(FLAGS[name].value)
-    value = bool(recorded[name])
-    if FLAGS[name].present and FLAGS[name].value != value:
-        raise ConfigError(f"--{'' if FLAGS[name].value else 'no'}{name} contradicts the records the model was trained "
-                          f"on: {name}={str(value).lower()} in {run_config}; drop the flag (the tokenizer must "
-                          "normalise text as create did)")
-    return value
+                        sp_path=FLAGS.sp_path, output_dir=FLAGS.output_dir, overwrite=FLAGS.overwrite,
+                        **settings.tokenizer_settings(run_config, recorded, given={
+                            name: FLAGS[name].value for name in settings.TOKENIZER_KEYS if FLAGS[name].present}))
 
 
 def main(argv):

@@ -19,8 +19,6 @@ import time
 from absl import flags
 
 from xlnet_data import cli
-from xlnet_data.common.errors import UserError
-from xlnet_data.common.stopping import Stopped, stop_on_signals
 from xlnet_data.datagen.prepare import FORMATS, TEXT_LAYOUTS, PrepareConfig, prepare
 
 FLAGS = flags.FLAGS
@@ -52,20 +50,9 @@ def main(argv):
     if len(argv) > 1:
         return cli.fail("prepare", f"unexpected arguments: {' '.join(argv[1:])}")
     start = time.time()
-    try:
-        with stop_on_signals():
-            config = cli.config_from_flags(PrepareConfig, input_glob=FLAGS.input_glob or "",
-                                           output_dir=FLAGS.output_dir or "",
-                                           num_workers=FLAGS.num_workers or os.cpu_count() or 1).validate()
-            summary = prepare(config)
-    except Stopped as stop:
-        cli.fail("prepare", f"stopped by {stop.name}; no shard is half-written, but the run is incomplete: "
-                            "run the same command again with --overwrite")
-        return stop.exit_status
-    except UserError as err:  # a flag, an input file, the output dir, a worker killed (out of memory)
-        return cli.fail("prepare", err)
-    except OSError as err:
-        return cli.fail("prepare", cli.os_error_line(err))
+    config = cli.config_from_flags(PrepareConfig, input_glob=FLAGS.input_glob or "", output_dir=FLAGS.output_dir or "",
+                                   num_workers=FLAGS.num_workers or os.cpu_count() or 1).validate()
+    summary = prepare(config)
     shards = len(summary.shards)
     empty_shards = f" ({summary.empty_shards} of them empty)" if summary.empty_shards else ""
     print(f"done: {summary.documents} documents, {summary.paragraphs} paragraphs, {summary.sentences} sentences, "
@@ -77,7 +64,8 @@ def main(argv):
 
 
 def run():
-    cli.run(main, "prepare", __doc__, define_flags)
+    cli.run(main, "prepare", __doc__, define_flags, stopped_note="; no shard is half-written, but the run is "
+            "incomplete: run the same command again with --overwrite")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import time
 import sentencepiece as spm
 
 from xlnet_data import cli
-from xlnet_data.common.errors import UserError
 from xlnet_data.datagen.tokenizer import (
     SpmTrainConfig,
     SpmTrainError,
@@ -102,14 +101,11 @@ def main(argv):
         print(f"spm_train: error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
         return 2
     start = time.time()
-    try:
-        if not FLAGS.model_prefix:
-            raise SpmTrainError("--model_prefix is required: the output prefix, e.g. out/sp10m.cased.v3")
-        config = cli.config_from_flags(SpmTrainConfig, input_files=expand_inputs(FLAGS.input or ""))
-        path = train_sentencepiece(config)
-        size = spm.SentencePieceProcessor(model_file=path).get_piece_size()
-    except UserError as err:  # a flag, an input, the model, a worker killed (out of memory)
-        return cli.fail("spm_train", err)
+    if not FLAGS.model_prefix:
+        raise SpmTrainError("--model_prefix is required: the output prefix, e.g. out/sp10m.cased.v3")
+    config = cli.config_from_flags(SpmTrainConfig, input_files=expand_inputs(FLAGS.input or ""))
+    path = train_sentencepiece(config)
+    size = spm.SentencePieceProcessor(model_file=path).get_piece_size()
     trained = model_text_settings(path)
     share = 100 * trained["unk"] / max(1, trained["pieces"])
     print(f"wrote {path}, {config.model_prefix}.vocab and {text_settings_path(path)}: {size} pieces from "

@@ -17,8 +17,7 @@ from absl import flags
 from xlnet_data import cli
 from xlnet_data.common import stopping
 from xlnet_data.common.errors import ConfigError, UserError
-from xlnet_data.dataformat import save_dir
-from xlnet_data.pretrain import data_settings
+from xlnet_data.dataformat import hf_tokenizer, settings
 from xlnet_data.pretrain.config import (
     ACTIVATIONS,
     DECAY_METHODS,
@@ -142,11 +141,11 @@ def config_from_flags():
     if FLAGS.use_tpu:
         raise ConfigError("--use_tpu=True: train_gpu does not switch to TPU ops with it; to train on a TPU use "
                           "--strategy=tpu --tpu=NAME")
-    record_dirs = data_settings.find_record_dirs(FLAGS.record_info_dir)
-    settings = data_settings.data_settings(
-        record_dirs, given={flag: FLAGS[flag].value for flag in data_settings.DATA_FLAGS if FLAGS[flag].present},
-        defaults={flag: FLAGS[flag].value for flag in data_settings.DATA_FLAGS})
-    data = {flag: value for flag, (value, _) in settings.items()}
+    record_dirs = settings.find_record_dirs(FLAGS.record_info_dir)
+    resolved = settings.train_settings(
+        record_dirs, given={flag: FLAGS[flag].value for flag in settings.TRAIN_FLAGS if FLAGS[flag].present},
+        defaults={flag: FLAGS[flag].value for flag in settings.TRAIN_FLAGS})
+    data = {flag: value for flag, (value, _) in resolved.items()}
 
     # TensorFlow is imported only now that the records are found (a wrong flag fails fast).
     from xlnet_data.pretrain import hf
@@ -167,13 +166,13 @@ def config_from_flags():
         if FLAGS["untie_r"].present:  # Transformers keeps biases per layer: they load either way
             model = dataclasses.replace(model, untie_r=FLAGS.untie_r)
     if hf.is_hf_dir(FLAGS.init_checkpoint):
-        data_settings.check_vocabulary(FLAGS.init_checkpoint, record_dirs)
-        records = [(path, save_dir.read_json(path)) for _, path in record_dirs if path]
-        hf.check_tokenizer_fits_records(FLAGS.init_checkpoint, records, f"--init_checkpoint={FLAGS.init_checkpoint}")
+        infos = [(d.corpus_info_path, d.corpus_info) for d in record_dirs if d.corpus_info]
+        hf_tokenizer.check_vocabulary(FLAGS.init_checkpoint, infos)
+        hf.check_tokenizer_fits_records(FLAGS.init_checkpoint, infos, f"--init_checkpoint={FLAGS.init_checkpoint}")
     if model:
         given = {name: f"--{name}" for name in SHAPE_FLAGS if FLAGS[name].present}
-        if settings["n_token"][1] and not FLAGS["n_token"].present:
-            given["n_token"] = f"the records' vocab_size ({settings['n_token'][1]})"
+        if resolved["n_token"][1] and not FLAGS["n_token"].present:
+            given["n_token"] = f"the records' vocab_size ({resolved['n_token'][1]})"
         for name, source in given.items():
             if shape[name] != getattr(model, name):
                 raise ConfigError(f"{source}={shape[name]} contradicts {origin}: {name}={getattr(model, name)}")
@@ -184,7 +183,7 @@ def config_from_flags():
 
     run = cli.config_from_flags(RunConfig, reuse_len=data_config.reuse_len, bi_data=data_config.bi_data)
     return cli.config_from_flags(
-        TrainConfig, record_info_dir=",".join(tfrecords for tfrecords, _ in record_dirs), model=model,
+        TrainConfig, record_info_dir=",".join(d.tfrecords for d in record_dirs), model=model,
         run=run, data=data_config, devices=tuple(FLAGS.devices))
 
 

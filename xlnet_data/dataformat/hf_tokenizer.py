@@ -29,6 +29,7 @@ import struct
 from typing import NamedTuple, Optional
 
 from xlnet_data.common import fileio
+from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import vocab
 from xlnet_data.dataformat.vocab import SPECIAL_SYMBOLS, SPIECE_UNDERLINE, VocabError
 
@@ -237,3 +238,17 @@ def vocabulary_difference(path_a: str, path_b: str):
         return f"{len(a)} pieces in {path_a}, {len(b)} in {path_b}"
     first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
     return None if first is None else f"piece {first} is {a[first]!r} in {path_a}, {b[first]!r} in {path_b}"
+
+
+def check_vocabulary(hf_dir: str, corpus_infos) -> None:
+    """A Transformers directory's spiece.model must be the records' SentencePiece model (corpus_info.json's
+    sp_path; corpus_infos: [(its path, CorpusInfo)]), where both files are there to compare; ConfigError says
+    which piece differs."""
+    ours = os.path.join(hf_dir, "spiece.model")
+    for info_path, info in corpus_infos:
+        if not (info.sp_path and os.path.isfile(info.sp_path) and os.path.isfile(ours)):
+            continue
+        difference = vocabulary_difference(ours, info.sp_path)
+        if difference:
+            raise ConfigError(f"--init_checkpoint={hf_dir} has another vocabulary than the records (sp_path in "
+                              f"{info_path}): {difference}")

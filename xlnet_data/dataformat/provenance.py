@@ -1,7 +1,7 @@
 """What each unit of `create` was made from, kept in its record_info, and the checks a re-run makes with it.
 
 A record_info holds, beside the original's keys, `create_settings` (the data flags, see
-units.record_settings) and `made_from`:
+record_info.create_settings) and `made_from`:
 
     {"model_sha256": the SentencePiece model's sha256,
      "files": [{"path", "size", "mtime_ns", "sha256" (files up to HASH_LIMIT_BYTES)}, ...]  (the task's files)

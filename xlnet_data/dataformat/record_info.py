@@ -1,5 +1,9 @@
 """A unit's record_info JSON beyond the original's keys (`filenames`, `num_batch`): what create adds to it."""
 
+import dataclasses
+
+from xlnet_data.dataformat.corpus_info import ABSENT_MEANS
+
 COUNTS = ("files", "lines", "tokens", "records", "num_batch", "dropped_tokens", "invalid_utf8_lines", "skipped_files")
 COUNTS_KEY = "create_counts"  # record_info's key for a unit's COUNTS, read back by runners without metrics
 TOKEN_CACHE_KEY = "token_cache"  # record_info's key of a cache-backed unit (no records): which cache makes them
@@ -18,3 +22,26 @@ def input_counts(shards):
 def is_cache_backed(info: dict) -> bool:
     """Whether a record_info's unit has no records file: its records are made from a token cache."""
     return TOKEN_CACHE_KEY in info
+
+
+SETTINGS_KEY = "create_settings"  # record_info's key: the data flags its unit was made with
+# create's flags that do not decide a unit's records (where they go, which units run, how input is read), left
+# out of SETTINGS_KEY: a re-run with other values of these reuses the complete units.
+RUN_ONLY = ("save_dir", "pass_id", "num_passes", "task", "strict", "allow_binary", "write_records")
+
+
+def create_settings(config) -> dict:
+    """SETTINGS_KEY's value for a config (create's CreateConfig, a dataclass): every flag but RUN_ONLY's, in the
+    config's field order. Written by create; read back by its re-runs (to recognise a unit), by validation (units
+    of one run) and by examples.generated (a cache-backed unit's records made again)."""
+    settings = dataclasses.asdict(config)
+    for run_only in RUN_ONLY:
+        settings.pop(run_only)
+    return settings
+
+
+def recorded_create_settings(info: dict):
+    """A record_info's SETTINGS_KEY value, with a setting added since it was written taking its old meaning
+    (ABSENT_MEANS); None, or what is there, where it is not a dict."""
+    settings = info.get(SETTINGS_KEY)
+    return {**ABSENT_MEANS, **settings} if isinstance(settings, dict) else settings

@@ -113,6 +113,12 @@ def record_info_of(record_file: str) -> str:
     return os.path.join(os.path.dirname(record_file), f"record_info-{name}.json")
 
 
+def record_file_of(record_info_path: str) -> str:
+    """The records path beside a record_info (record_info_of's inverse; a gzipped copy adds `.gz`)."""
+    name = os.path.basename(record_info_path).removeprefix("record_info-").removesuffix(".json")
+    return os.path.join(os.path.dirname(record_info_path), f"{name}.tfrecords")
+
+
 def is_record_file(name: str) -> bool:
     """A tfrecords file, not its JSON, nor the temporary file of an unfinished (or killed) create."""
     base = os.path.basename(name)

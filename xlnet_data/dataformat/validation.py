@@ -12,37 +12,17 @@ not read; only the first batch of a file is parsed), so they run before any trai
 damaged further in is found by the CRC check of whoever reads it.
 """
 
+import dataclasses
 import os
 from typing import Optional
 
-from xlnet_data.dataformat import save_dir
+from xlnet_data.dataformat import record_info, save_dir
+from xlnet_data.dataformat.corpus_info import CorpusInfo, recorded
 from xlnet_data.dataformat.record_reader import RecordError, count_records, parse_example, read_records
 from xlnet_data.dataformat.save_dir import SaveDirError
 
-# corpus_info.json's fields that a record_info's file name encodes too (RecordSettings' fields).
-_NAMED_FIELDS = ("bsz_per_host", "seq_len", "reuse_len", "bi_data", "uncased", "mask_alpha", "mask_beta", "num_predict")
-_INT_FIELDS = ("vocab_size", "bsz_per_host", "num_core_per_host", "seq_len", "reuse_len", "mask_alpha", "mask_beta",
-               "num_predict")
-_BOOL_FIELDS = ("bi_data", "uncased", "use_eod", "keep_accents")
-# What a corpus_info.json (or a record_info's create_settings) without the key means: written before the key
-# existed, or by the original, whose text step always removed accents.
-ABSENT_MEANS = {"keep_accents": False}
-
-
-def recorded(info: dict, key: str):
-    """corpus_info.json's (or create_settings') `key`, ABSENT_MEANS's value where it lacks it; else None."""
-    return info.get(key, ABSENT_MEANS.get(key))
-
-
-def _check_types(path: str, info: dict) -> None:
-    for key in _INT_FIELDS:
-        value = info.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise SaveDirError(f"{path}: {key}={value!r} is not a positive integer; re-create the save_dir, or fix it")
-    for key in _BOOL_FIELDS:
-        value = info.get(key)
-        if value is not None and not isinstance(value, bool):
-            raise SaveDirError(f"{path}: {key}={value!r} is not true or false; re-create the save_dir, or fix it")
+# corpus_info.json's fields that a record_info's file name encodes too.
+_NAMED_FIELDS = tuple(field.name for field in dataclasses.fields(save_dir.RecordSettings))
 
 
 def _created_num_core(create_settings: dict) -> Optional[int]:
@@ -52,35 +32,34 @@ def _created_num_core(create_settings: dict) -> Optional[int]:
     return create_settings["num_core_per_host"] if create_settings.get("use_tpu", True) else 1
 
 
-def _disagreements(info: dict, info_path: str, unit: dict) -> list[str]:
+def _disagreements(info: CorpusInfo, info_path: str, unit: dict) -> list[str]:
     """`key=value` of the record_info `info_path` (its name, its create_settings) where corpus_info `info` differs."""
     found = []
     parsed = save_dir.parse_name(info_path)
     if parsed is not None:
         for key in _NAMED_FIELDS:
             theirs = getattr(parsed.settings, key)
-            if key in info and theirs is not None and info[key] != theirs:
+            if getattr(info, key) is not None and theirs is not None and getattr(info, key) != theirs:
                 found.append(f"{key}={theirs} in its name")
     created = unit.get("create_settings")
     if isinstance(created, dict):
         cores = _created_num_core(created)
-        if "num_core_per_host" in info and cores is not None and info["num_core_per_host"] != cores:
+        if info.num_core_per_host is not None and cores is not None and info.num_core_per_host != cores:
             found.append(f"num_core_per_host={cores} in its create_settings")
-        if "use_eod" in info and "use_eod" in created and info["use_eod"] != created["use_eod"]:
+        if info.use_eod is not None and "use_eod" in created and info.use_eod != created["use_eod"]:
             found.append(f"use_eod={created['use_eod']} in its create_settings")
         if recorded(info, "keep_accents") != recorded(created, "keep_accents"):
             found.append(f"keep_accents={recorded(created, 'keep_accents')} in its create_settings")
     return found
 
 
-def check_corpus_info(corpus_info_path: str, info: dict, tfrecords_dir: str, split: str = "train") -> None:
+def check_corpus_info(corpus_info_path: str, info: CorpusInfo, tfrecords_dir: str, split: str = "train") -> None:
     """corpus_info.json against the record_infos of `split` in tfrecords_dir and their first records.
 
     A folder may hold records of several settings (their names differ); corpus_info.json must agree with
     at least one record_info, and the first batch of that unit's records must have seq_len positions and
     ids below vocab_size.
     """
-    _check_types(corpus_info_path, info)
     info_paths = [path for path in save_dir.record_info_paths(tfrecords_dir)
                   if getattr(save_dir.parse_name(path), "split", None) in (None, split)]
     if not info_paths:
@@ -102,12 +81,12 @@ def check_corpus_info(corpus_info_path: str, info: dict, tfrecords_dir: str, spl
                        f"corpus_info.json")
 
 
-def _check_first_records(corpus_info_path: str, info: dict, info_path: str, unit: dict) -> None:
+def _check_first_records(corpus_info_path: str, info: CorpusInfo, info_path: str, unit: dict) -> None:
     """The first batch of the unit's first file has corpus_info's seq_len positions and ids below its vocab_size."""
     files = save_dir.record_files(info_path, unit)
     if not files:
         return
-    seq_len, vocab_size = info.get("seq_len"), info.get("vocab_size")
+    seq_len, vocab_size = info.seq_len, info.vocab_size
     for index, offset, payload in read_records(files[0]):
         features = parse_example(payload, None, None, files[0], index, offset)
         where = f"{files[0]}: record {index} (byte {offset})"
@@ -118,7 +97,7 @@ def _check_first_records(corpus_info_path: str, info: dict, info_path: str, unit
         if vocab_size is not None and largest >= vocab_size:
             raise SaveDirError(f"{corpus_info_path}: vocab_size={vocab_size} contradicts the records: {where} holds "
                                f"id {largest}; re-create the save_dir, or fix corpus_info.json")
-        if index + 1 >= (info.get("bsz_per_host") or 1):
+        if index + 1 >= (info.bsz_per_host or 1):
             break
 
 
@@ -178,10 +157,7 @@ def check_units_agree(tfrecords_dir: str) -> Optional[str]:
     first: dict = {}
     for info_path in save_dir.record_info_paths(tfrecords_dir):
         unit = save_dir.read_json(info_path)
-        settings = unit.get("create_settings")
-        if isinstance(settings, dict):  # a unit written before a setting existed has its old meaning
-            settings = {**ABSENT_MEANS, **settings}
-        facts = {"create_settings": settings,
+        facts = {"create_settings": record_info.recorded_create_settings(unit),
                  "model_sha256": (unit.get("made_from") or {}).get("model_sha256")}
         for key, value in facts.items():
             if value is None:

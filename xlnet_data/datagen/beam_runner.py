@@ -1,14 +1,15 @@
 """The Beam runner: a plan's units as the elements of an Apache Beam pipeline (Direct, Dataflow, Flink, Spark).
 
-Two stages, as the local runner: each task with units to run is one element of the encode stage
-(`encode.encode_task`: its files encoded once into a token cache in save_dir), which then emits
-the task's (task, pass) units; each unit is one element, run by the same `units.run_unit` as the local
-runner and written to the same file names. Outputs are atomic and a unit's record_info is written last, so a
-retried element rewrites identical files, and a re-run of a failed pipeline skips the complete units
-(make_plan does). The summary's counts of a complete unit are read back from its record_info, where
-run_unit stores them; a unit that wrote nothing has only the workers' Beam metrics (one counter per unit
-and field), which some runners (DaskRunner) do not collect. Apache Beam is an optional extra, imported
-only here and only when used.
+Two stages, as the local runner, both as the plan says: each task with units to run is one element of the
+encode stage. A task the plan encodes in memory (TaskPlan.in_memory: its one unit to run) is encoded and its
+unit run in that element, with no token cache; another is encoded into its token cache in save_dir
+(`encode.encode_task`) and its (task, pass) units emitted, each one element. Units run by the same
+`units.run_unit` as the local runner's and are written to the same file names. Outputs are atomic and a unit's
+record_info is written last, so a retried element rewrites identical files, and a re-run of a failed pipeline
+skips the complete units (make_plan does). The summary's counts of a complete unit are read back from its
+record_info, where run_unit stores them; a unit that wrote nothing has only the workers' Beam metrics (one
+counter per unit and field), which some runners (DaskRunner) do not collect. Apache Beam is an optional extra,
+imported only here and only when used.
 """
 
 import importlib.util
@@ -72,40 +73,52 @@ def _metric(unit, field):
     return f"task{unit.task}-pass{unit.pass_id}.{field}"
 
 
-def _encode_task_fn(beam, config, plan):
-    """A DoFn running the encode stage of one (task, files, cache key) element, then emitting the task's
-    (unit, cache key) elements, so that a task's passes start once its token cache is complete."""
-
-    class EncodeTask(beam.DoFn):
-        def setup(self):
-            self.sp = load_sentencepiece(config.sp_path)
-
-        def process(self, element):
-            task, files, key = element
-            encode.encode_task(config, task, files, key, self.sp)
-            for unit, _ in plan.units:
-                if unit.task == task:
-                    yield unit, key
-
-    return EncodeTask()
-
-
-def _run_unit_fn(beam, config, plan):
-    """A DoFn running one (unit, cache key) element; the SentencePiece model is loaded once per worker."""
+def _unit_runner(beam, config, plan):
+    """A DoFn base: the SentencePiece model loaded once per worker, and a unit run with its counts reported as
+    Beam metrics."""
     from apache_beam.metrics import Metrics
 
-    class RunUnit(beam.DoFn):
+    class UnitRunner(beam.DoFn):
         def setup(self):
             self.sp = load_sentencepiece(config.sp_path)
 
-        def process(self, element):
-            unit, key = element
-            result = units.run_unit(config, unit, key, self.sp, made_from=plan.made_from.get(unit.task))
+        def run_unit(self, unit, encoded=None):
+            task = plan.tasks[unit.task]
+            result = units.run_unit(config, unit, task.cache_key, self.sp, encoded=encoded, made_from=task.made_from)
             if result.skipped:
                 log.warning("task %d pass %d: %s", unit.task, unit.pass_id, result.skipped)
             for field in record_info.COUNTS:
                 Metrics.counter(_NAMESPACE, _metric(unit, field)).inc(getattr(result, field))
             log.info("task %d pass %d: %d records written", unit.task, unit.pass_id, result.records)
+
+    return UnitRunner
+
+
+def _encode_task_fn(beam, config, plan):
+    """A DoFn running the encode stage of one task element: a task the plan encodes in memory is encoded and
+    its one unit run here, in this element (no token cache); another is encoded into its token cache, then its
+    units are emitted, so that its passes start once the cache is complete."""
+
+    class EncodeTask(_unit_runner(beam, config, plan)):
+        def process(self, number):
+            task = plan.tasks[number]
+            settings = encode.EncodeSettings.of(config)
+            if task.in_memory:
+                unit, = (unit for unit in plan.units if unit.task == number)
+                self.run_unit(unit, encode.encode_in_memory(settings, number, task.files, self.sp))
+                return
+            encode.encode_task(config.save_dir, settings, number, task.files, task.cache_key, self.sp)
+            yield from (unit for unit in plan.units if unit.task == number)
+
+    return EncodeTask()
+
+
+def _run_unit_fn(beam, config, plan):
+    """A DoFn running one unit element, from its task's token cache."""
+
+    class RunUnit(_unit_runner(beam, config, plan)):
+        def process(self, unit):
+            self.run_unit(unit)
 
     return RunUnit()
 
@@ -124,9 +137,9 @@ def _results(config, todo, counters):
     """UnitResults: a complete unit's from its record_info (exact whatever the runner, retries included), the
     others' from the workers' counters (none from a runner without metrics: DaskRunner)."""
     results = []
-    for unit, _ in todo:
+    for unit in todo:
         if unit_is_complete(config, unit):
-            results.append(units.recorded_result(config, unit))
+            results.append(units.recorded_result(unit, *config.unit_paths(unit)))
             continue
         result = units.UnitResult(unit, **{field: (counters or {}).get(_metric(unit, field), 0)
                                            for field in record_info.COUNTS})
@@ -145,7 +158,7 @@ def run_beam(config: CreateConfig, plan: Plan, beam_args):
 
     p = beam.Pipeline(options=PipelineOptions(list(beam_args)))
     _ = (p
-         | "Tasks" >> beam.Create(plan.encode_jobs())
+         | "Tasks" >> beam.Create(sorted(plan.tasks))
          | "SpreadTasks" >> beam.Reshuffle()  # no fusion with Create: the tasks go to different workers
          | "EncodeTask" >> beam.ParDo(_encode_task_fn(beam, config, plan))
          | "Spread" >> beam.Reshuffle()  # nor with the encode stage: a task's passes go to different workers

@@ -7,6 +7,8 @@ from typing import Optional
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.common.fileio import is_remote
 from xlnet_data.dataformat.examples.loop import num_predict_parts
+from xlnet_data.dataformat.save_dir import RecordSettings
+from xlnet_data.dataformat.save_dir import unit_paths as named_unit_paths
 
 SPLITS = ("train", "dev", "test")
 SPAN_UNITS = ("piece", "word")
@@ -65,6 +67,11 @@ class CreateConfig:
     @property
     def pass_ids(self):
         return [self.pass_id] if self.num_passes is None else list(range(self.num_passes))
+
+    def unit_paths(self, unit) -> tuple[str, str]:
+        """(tfrecords path, record_info path) of a (task, pass) unit of this run, as dataformat/save_dir.py names
+        them."""
+        return named_unit_paths(self.save_dir, self.split, unit.task, unit.pass_id, RecordSettings.of(self))
 
     def with_absolute_paths(self) -> "CreateConfig":
         """This config with its local paths (input_glob, sp_path, save_dir) made absolute against the current

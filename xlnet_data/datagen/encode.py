@@ -4,9 +4,9 @@ Passes differ only in the shard order, the A/B draws and the masks, so a task's 
 its token cache (dataformat/token_cache.py: the files and how they are read back) and every (task, pass) unit
 reads it back in its own order.
 
-A task with one unit to run in a run (one pass) and no complete cache is encoded into memory instead
-(encode_in_memory) and its unit takes the stream from there: the same stream, without writing 4.1 bytes
-a token and reading them back.
+A task that the plan encodes in memory (plan.TaskPlan.in_memory: one unit to run, one pass, and no complete
+cache) is encoded by encode_in_memory instead, and its unit takes the stream from there: the same stream,
+without writing 4.1 bytes a token and reading them back.
 
 Both files are written atomically. `key` hashes everything the ids depend on: the files (path, size,
 modification time), the SentencePiece model's bytes and the encode flags, so a stale cache is never
@@ -23,13 +23,28 @@ import os
 import numpy as np
 
 from xlnet_data.common import fileio, memory
-from xlnet_data.dataformat import provenance, save_dir, token_cache
+from xlnet_data.dataformat import token_cache
+from xlnet_data.dataformat.save_dir import token_cache_paths, write_json
 from xlnet_data.datagen import corpus
-from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.text import Encoder
 
 log = logging.getLogger("xlnet_data")
 
+
+@dataclasses.dataclass(frozen=True)
+class EncodeSettings:
+    """How a task's files are read into ids (create's flags of these names)."""
+    from_raw_text: bool
+    uncased: bool
+    keep_accents: bool
+    use_eod: bool
+    strict: bool
+    allow_binary: bool
+
+    @classmethod
+    def of(cls, config) -> "EncodeSettings":
+        """The settings of a config with these fields' names (CreateConfig)."""
+        return cls(**{field.name: getattr(config, field.name) for field in dataclasses.fields(cls)})
 
 
 @dataclasses.dataclass
@@ -39,14 +54,13 @@ class EncodeResult:
     tokens: int = 0
 
 
-def cache_key(config: CreateConfig, files, model_sha256=None) -> str:
+def cache_key(settings: EncodeSettings, files, model_sha256: str) -> str:
     """A digest of what a task's ids are made from: its files as they are now, the model (`model_sha256`, its
-    bytes' hash, computed when not given), the encode flags."""
-    model = model_sha256 or provenance.sha256_of(config.sp_path)
+    bytes' hash: provenance.sha256_of), the encode flags (allow_binary apart: it refuses files, changes no id)."""
     made_from = {"format": token_cache.CACHE_FORMAT,
                  "files": [[path, fileio.size(path), fileio.modified_ns(path)] for path in files],
-                 "model": model, "from_raw_text": config.from_raw_text, "uncased": config.uncased,
-                 "keep_accents": config.keep_accents, "use_eod": config.use_eod, "strict": config.strict}
+                 "model": model_sha256, "from_raw_text": settings.from_raw_text, "uncased": settings.uncased,
+                 "keep_accents": settings.keep_accents, "use_eod": settings.use_eod, "strict": settings.strict}
     return hashlib.sha256(json.dumps(made_from).encode()).hexdigest()[:16]
 
 
@@ -62,14 +76,12 @@ def _packed(flag_chunks):
         yield np.packbits(rest)
 
 
-def _encoded_shards(config: CreateConfig, files, sp, on_progress, encode_threads):
+def _encoded_shards(settings: EncodeSettings, files, sp, on_progress, encode_threads):
     """Each file's corpus.Shard in file order, or None for a file without tokens (warned about)."""
-    encoder = Encoder(sp, encode_threads) if config.from_raw_text else None
+    encoder = Encoder(sp, encode_threads) if settings.from_raw_text else None
     for path in files:
-        shard = corpus.read_shard(path, encoder, from_raw_text=config.from_raw_text, uncased=config.uncased,
-                                  keep_accents=config.keep_accents, use_eod=config.use_eod,
-                                  vocab_size=sp.get_piece_size(), strict=config.strict,
-                                  allow_binary=config.allow_binary, on_progress=on_progress)
+        shard = corpus.read_shard(path, encoder, **dataclasses.asdict(settings), vocab_size=sp.get_piece_size(),
+                                  on_progress=on_progress)
         if shard is None:
             log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)
         yield shard
@@ -83,17 +95,18 @@ def _entry(shard):
             "marks": stats.stripped.letters, "arabic_marks": stats.stripped.arabic}
 
 
-def encode_task(config: CreateConfig, task, files, key, sp, on_progress=None, encode_threads=-1) -> EncodeResult:
-    """Writes the task's token cache unless a complete one exists under `key`."""
-    found = token_cache.read_index(config.save_dir, task, key)
+def encode_task(save_dir: str, settings: EncodeSettings, task, files, key, sp, on_progress=None,
+                encode_threads=-1) -> EncodeResult:
+    """Writes the task's token cache in `save_dir` unless a complete one exists under `key`."""
+    found = token_cache.read_index(save_dir, task, key)
     if found is not None:
         log.info("task %d: token cache found (%d tokens); not encoded again", task, found.tokens)
         return EncodeResult(task, encoded=False, tokens=found.tokens)
-    data_path, index_path = save_dir.token_cache_paths(config.save_dir, task, key)
+    data_path, index_path = token_cache_paths(save_dir, task, key)
     fileio.makedirs(os.path.dirname(data_path))
     shards, skipped, offset = [], 0, 0
     with fileio.atomic_write(data_path) as out:
-        for shard in _encoded_shards(config, files, sp, on_progress, encode_threads):
+        for shard in _encoded_shards(settings, files, sp, on_progress, encode_threads):
             if shard is None:
                 skipped += 1
                 continue
@@ -114,7 +127,7 @@ def encode_task(config: CreateConfig, task, files, key, sp, on_progress=None, en
             del shard, flag_chunks
     index = {"format": token_cache.CACHE_FORMAT, "task": task, "key": key, "files": list(files), "skipped_files": skipped,
              "shards": shards}
-    save_dir.write_json(index_path, index)
+    write_json(index_path, index)
     tokens = sum(shard["tokens"] for shard in shards)
     log.info("task %d: %d files encoded (%d tokens) into its token cache", task, len(shards), tokens)
     return EncodeResult(task, encoded=True, tokens=tokens)
@@ -160,9 +173,9 @@ def _released(chunks):
         memory.freed(nbytes)
 
 
-def encode_in_memory(config: CreateConfig, task, files, sp, on_progress=None, encode_threads=-1) -> EncodedTask:
+def encode_in_memory(settings: EncodeSettings, task, files, sp, on_progress=None, encode_threads=-1) -> EncodedTask:
     """The task's files encoded as encode_task encodes them, held in memory (see EncodedTask)."""
-    shards = list(_encoded_shards(config, files, sp, on_progress, encode_threads))
+    shards = list(_encoded_shards(settings, files, sp, on_progress, encode_threads))
     kept = [shard for shard in shards if shard is not None]
     encoded = EncodedTask(token_cache.CacheIndex(task, "", [_entry(shard) for shard in kept], len(shards) - len(kept)), kept)
     log.info("task %d: %d files encoded (%d tokens) in memory, for its one unit", task, len(kept), encoded.index.tokens)

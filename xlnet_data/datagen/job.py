@@ -8,6 +8,7 @@ from typing import Optional
 
 from xlnet_data.common import fileio
 from xlnet_data.dataformat import save_dir
+from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples import generated
 from xlnet_data.datagen import run_lock
 from xlnet_data.datagen.config import CreateConfig
@@ -93,7 +94,7 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
     run_lock.refuse_if_busy(config.save_dir)  # first: what a busy save_dir holds is in flux
     _check_before_locking(config, overwrite)
     with run_lock.hold(config.save_dir):
-        plan = make_plan(config, overwrite)  # again: another run may have ended meanwhile
+        plan = make_plan(config, overwrite, keep_cache)  # again: another run may have ended meanwhile
         run_lock.remove_stale_temporaries(config.save_dir)
         prepare_save_dir(config, plan, overwrite)
         try:
@@ -102,7 +103,7 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
                 results = run_beam(config, plan, beam_args)
             else:
                 from xlnet_data.datagen.local_runner import run_local
-                results = run_local(config, plan, num_workers=num_workers, keep_cache=keep_cache)
+                results = run_local(config, plan, num_workers=num_workers)
         except BaseException:
             # The workers are gone (a signal, a failed unit): under the lock every temporary file of a
             # save_dir output is this run's, even one whose worker died before it could remove it.
@@ -113,29 +114,29 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
         if not keep_cache and config.write_records and not generated.find_cache_units(config.save_dir):
             save_dir.remove_token_caches(config.save_dir, config.tasks)
         if results and not any(r.tokens for r in results):
-            _remove_corpus_info_without_units(config)
+            _remove_corpus_info_without_units(config.save_dir)
             raise CreateError(f"the corpus is empty: the files of --input_glob={config.input_glob} hold no token "
                               "(only blank lines, without --use_eod); nothing written")
         summary = CreateSummary(tuple(results))
-        _record_input_counts(config, summary.input_counts)
+        _record_input_counts(config.save_dir, summary.input_counts)
     return summary
 
 
-def _record_input_counts(config, counts):
+def _record_input_counts(save_dir_path, counts):
     """Adds the run's per-file counts (<unk>, letters that lost a mark) to corpus_info.json's `input_counts`,
     those of earlier runs on other files (other tasks) kept."""
-    path = save_dir.corpus_info_path(config.save_dir)
+    path = save_dir.corpus_info_path(save_dir_path)
     if not counts or not fileio.exists(path):
         return
-    info = save_dir.read_json(path)
-    info["input_counts"] = {**info.get("input_counts", {}), **counts}
-    save_dir.write_json(path, info)
+    info = CorpusInfo.read(path)
+    earlier = info.extra.get("input_counts", {})
+    dataclasses.replace(info, extra={**info.extra, "input_counts": {**earlier, **counts}}).write(path)
 
 
-def _remove_corpus_info_without_units(config):
+def _remove_corpus_info_without_units(save_dir_path):
     """An empty corpus leaves no corpus_info.json that names no unit (a reader would take it for a save_dir)."""
-    info_path = save_dir.corpus_info_path(config.save_dir)
-    if fileio.exists(info_path) and not save_dir.record_info_paths(os.path.join(config.save_dir, save_dir.TFRECORDS)):
+    info_path = save_dir.corpus_info_path(save_dir_path)
+    if fileio.exists(info_path) and not save_dir.record_info_paths(os.path.join(save_dir_path, save_dir.TFRECORDS)):
         fileio.remove(info_path)
 
 

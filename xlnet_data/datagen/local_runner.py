@@ -1,16 +1,14 @@
 """The local runner: a plan's encode stage and units in parallel worker processes, with one progress line for all."""
 
-import collections
 import logging
 import os
 
 from xlnet_data.common import memory, workers
 from xlnet_data.common.progress import Progress
-from xlnet_data.dataformat import token_cache
 from xlnet_data.dataformat.vocab import load_sentencepiece
 from xlnet_data.datagen import encode, units
 from xlnet_data.datagen.config import CreateConfig
-from xlnet_data.datagen.plan import Plan
+from xlnet_data.datagen.plan import Plan, TaskPlan
 
 
 def _init_process():
@@ -28,48 +26,40 @@ def _report_records(records):
     workers.report(0, 0, records, 0)
 
 
-def _encode_task(config, task, files, key, encode_threads):
+def _encode_task(config, task: TaskPlan, encode_threads):
     sp = load_sentencepiece(config.sp_path)
-    return encode.encode_task(config, task, files, key, sp, encode_threads=encode_threads,
-                              on_progress=_report_progress)
+    return encode.encode_task(config.save_dir, encode.EncodeSettings.of(config), task.task, task.files,
+                              task.cache_key, sp, encode_threads=encode_threads, on_progress=_report_progress)
 
 
-def _run_unit(config, unit, key, made_from):
+def _run_unit(config, unit, task: TaskPlan):
     sp = load_sentencepiece(config.sp_path)
-    return units.run_unit(config, unit, key, sp, on_records=_report_records, made_from=made_from)
+    return units.run_unit(config, unit, task.cache_key, sp, on_records=_report_records, made_from=task.made_from)
 
 
-def _encode_and_run_unit(config, unit, files, key, made_from, encode_threads):
-    """A task's only unit, from its files encoded in memory (no token cache: see encode.EncodedTask)."""
+def _encode_and_run_unit(config, unit, task: TaskPlan, encode_threads):
+    """A task's only unit, from its files encoded in memory (the plan's TaskPlan.in_memory: no token cache)."""
     sp = load_sentencepiece(config.sp_path)
-    encoded = encode.encode_in_memory(config, unit.task, files, sp, encode_threads=encode_threads,
-                                      on_progress=_report_progress)
-    return units.run_unit(config, unit, key, sp, on_records=_report_records, encoded=encoded, made_from=made_from)
+    encoded = encode.encode_in_memory(encode.EncodeSettings.of(config), task.task, task.files, sp,
+                                      encode_threads=encode_threads, on_progress=_report_progress)
+    return units.run_unit(config, unit, task.cache_key, sp, on_records=_report_records, encoded=encoded,
+                          made_from=task.made_from)
 
 
-def run_local(config: CreateConfig, plan: Plan, num_workers=None, keep_cache=False):
-    """Runs the plan, `num_workers` processes at a time (default: the CPU count): first the encode stage (each
-    task with units to run, SentencePiece's threads sharing out the cores), then the (task, pass) units.
-    A task with one unit to run and no complete token cache (a run of one pass) is encoded and run as one
-    job, in memory, unless `keep_cache` asks for the cache. Returns their UnitResults."""
+def run_local(config: CreateConfig, plan: Plan, num_workers=None):
+    """Runs the plan, `num_workers` processes at a time (default: the CPU count): first the tasks encoded in
+    memory, each with its one unit in the same job, and the encode stage (each other task encoded into its token
+    cache, SentencePiece's threads sharing out the cores), then the units that read the caches. Returns the
+    units' UnitResults."""
     todo = plan.units
     if not todo:
         return []
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     num_workers = min(len(todo), num_workers or cores)
-    encode_jobs = plan.encode_jobs()
-    encode_threads = max(1, cores // max(1, min(num_workers, len(encode_jobs))))
-    units_of_task = collections.Counter(unit.task for unit, _ in todo)
-    inputs = {task: (files, key) for task, files, key in encode_jobs}
-    in_memory = set() if keep_cache or not config.write_records else {
-        task for task, (_, key) in inputs.items()
-        if units_of_task[task] == 1 and token_cache.read_index(config.save_dir, task, key) is None}
-    single_jobs = [(config, unit, *inputs[unit.task], plan.made_from.get(unit.task), encode_threads)
-                   for unit, _ in todo if unit.task in in_memory]
-    encode_jobs = [(config, task, files, key, encode_threads) for task, (files, key) in inputs.items()
-                   if task not in in_memory]
-    unit_jobs = [(config, unit, plan.token_caches[unit.task], plan.made_from.get(unit.task))
-                 for unit, _ in todo if unit.task not in in_memory]
+    encode_threads = max(1, cores // max(1, min(num_workers, len(plan.tasks))))
+    single_jobs = [(config, unit, plan.tasks[unit.task], encode_threads) for unit in plan.memory_units()]
+    encode_jobs = [(config, task, encode_threads) for task in plan.cache_tasks()]
+    unit_jobs = [(config, unit, plan.tasks[unit.task]) for unit in plan.cache_units()]
     progress = Progress(plan.input_bytes)
     counts = [0, 0, 0, 0]  # lines, tokens, records, bytes read
     done = []

@@ -11,10 +11,11 @@ import os
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat import provenance, record_info, save_dir, token_cache, validation
+from xlnet_data.dataformat.corpus_info import CorpusInfo, NewerFormatError
 from xlnet_data.dataformat.examples.loop import Unit
 from xlnet_data.dataformat.record_reader import RecordError
 from xlnet_data.dataformat.vocab import load_sentencepiece
-from xlnet_data.datagen import corpus, encode, tokenizer, units
+from xlnet_data.datagen import corpus, encode, tokenizer
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.corpus import InputError
 
@@ -25,49 +26,66 @@ class CreateError(UserError):
     """A problem with flags, inputs or outputs, reported as one line before anything is written."""
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskPlan:
+    """A task with units to run: its files, the key of its token cache, what its units are made from, and
+    where its ids go. `in_memory`: its one unit to run takes them from its files encoded in memory
+    (encode.encode_in_memory), and no token cache is written; else the encode stage writes (or finds) its
+    cache, which each of its units reads back."""
+    task: int
+    files: tuple[str, ...]
+    cache_key: str
+    made_from: dict  # provenance.made_from
+    in_memory: bool = False
+
+
 @dataclasses.dataclass
 class Plan:
-    corpus_info: dict
-    units: list[tuple[Unit, list[str]]]  # (unit, its files) still to run
+    corpus_info: CorpusInfo
+    units: list[Unit]  # still to run, by task and pass
+    tasks: dict[int, TaskPlan]  # the tasks of `units`
     input_bytes: int
-    token_caches: dict[int, str] = dataclasses.field(default_factory=dict)  # task -> its cache key, tasks to run
-    made_from: dict[int, dict] = dataclasses.field(default_factory=dict)  # task -> provenance.made_from, tasks to run
 
-    def encode_jobs(self):
-        """(task, files, cache key) of each task with units to run: the encode stage, before their passes."""
-        files = {unit.task: task_files for unit, task_files in self.units}
-        return [(task, files[task], key) for task, key in self.token_caches.items()]
+    def cache_tasks(self) -> list[TaskPlan]:
+        """The tasks encoded into their token cache (the encode stage), before their units run."""
+        return [task for task in self.tasks.values() if not task.in_memory]
+
+    def cache_units(self) -> list[Unit]:
+        """The units that read their task's token cache."""
+        return [unit for unit in self.units if not self.tasks[unit.task].in_memory]
+
+    def memory_units(self) -> list[Unit]:
+        """The units whose task is encoded in memory for them, in the same job."""
+        return [unit for unit in self.units if self.tasks[unit.task].in_memory]
 
 
-def _check_save_dir(config, info, overwrite):
-    path = save_dir.corpus_info_path(config.save_dir)
+def _check_save_dir(save_dir_path, info: CorpusInfo, overwrite):
+    path = save_dir.corpus_info_path(save_dir_path)
     if overwrite or not fileio.exists(path):
         return
     try:
-        existing = save_dir.read_json(path)
+        there = CorpusInfo.read(path).settings()  # a corpus_info of an older create lacks the newer keys
+    except NewerFormatError:  # not to be mixed with units of this version
+        raise
     except (OSError, ValueError):
         return
-    there = {**validation.ABSENT_MEANS, **existing}  # a corpus_info of an older create lacks the newer keys
-    differ = [f"{k} {there.get(k)!r} there, {v!r} here" for k, v in info.items() if there.get(k) != v]
+    differ = [f"{k} {there.get(k)!r} there, {v!r} here" for k, v in info.settings().items() if there.get(k) != v]
     if differ:
-        raise CreateError(f"{config.save_dir} holds data made with other flags ({'; '.join(differ)}); "
+        raise CreateError(f"{save_dir_path} holds data made with other flags ({'; '.join(differ)}); "
                           "use another --save_dir, or --overwrite")
 
 
 def unit_is_complete(config, unit):
     """A unit is complete when its record_info exists (it is written last), names the same settings, and its
     records file has the size it records (one cut short is redone, with a warning)."""
-    record_path, info_path = units.record_paths(config, unit)
+    record_path, info_path = config.unit_paths(unit)
     if not fileio.exists(info_path):
         return False
     try:
         info = save_dir.read_json(info_path)
     except (OSError, ValueError):
         return False
-    created = info.get("create_settings")
-    if isinstance(created, dict):  # a unit written before a setting existed has its old meaning
-        created = {**validation.ABSENT_MEANS, **created}
-    if created != units.record_settings(config):
+    if record_info.recorded_create_settings(info) != record_info.create_settings(config):
         raise CreateError(f"{info_path} was written with other flags; use another --save_dir, or --overwrite")
     if record_info.is_cache_backed(info):  # complete while its cache is there, and if no records are asked
         return not config.write_records and token_cache.referenced_cache_exists(
@@ -96,12 +114,10 @@ def _flag_differences(settings, theirs):
 def _check_units(config, paths, model_sha256):
     """Every unit already in save_dir was made with this run's data flags, this model and the files as they
     are now (provenance); CreateError names the first that was not."""
-    settings = units.record_settings(config)
+    settings = record_info.create_settings(config)
     folder = os.path.join(config.save_dir, save_dir.TFRECORDS)
     for info_path, info in provenance.unit_files(folder):
-        theirs = info.get("create_settings")
-        if isinstance(theirs, dict):  # a unit written before a setting existed has its old meaning
-            theirs = {**validation.ABSENT_MEANS, **theirs}
+        theirs = record_info.recorded_create_settings(info)
         if isinstance(theirs, dict) and theirs != settings:
             raise CreateError(f"{config.save_dir} holds units made with other data flags ({info_path}: "
                               f"{'; '.join(_flag_differences(settings, theirs))}); a save_dir holds one run's units: "
@@ -118,14 +134,14 @@ def _check_units(config, paths, model_sha256):
                               "the inputs)")
 
 
-def _own_outputs_excluded(config, paths):
+def _own_outputs_excluded(save_dir_path, paths):
     """The glob's matches without what lies in save_dir (a glob such as data/* with --save_dir=data/out)."""
-    if fileio.is_remote(config.save_dir):
+    if fileio.is_remote(save_dir_path):
         return paths
-    inside = os.path.realpath(config.save_dir) + os.sep
+    inside = os.path.realpath(save_dir_path) + os.sep
     kept = [path for path in paths if not (os.path.realpath(path) + os.sep).startswith(inside)]
     if len(kept) < len(paths):
-        log.info("%d path(s) under --save_dir=%s left out of --input_glob", len(paths) - len(kept), config.save_dir)
+        log.info("%d path(s) under --save_dir=%s left out of --input_glob", len(paths) - len(kept), save_dir_path)
     return kept
 
 
@@ -136,14 +152,17 @@ def _size(path):
         return 0
 
 
-def make_plan(config: CreateConfig, overwrite=False) -> Plan:
-    """Checks the model, the inputs and the save_dir; lists the units to run. Writes nothing."""
+def make_plan(config: CreateConfig, overwrite=False, keep_cache=False) -> Plan:
+    """Checks the model, the inputs and the save_dir; lists the units to run and, for each of their tasks, where
+    its ids go: TaskPlan.in_memory for a task with one unit to run (a run of one pass), which then takes them
+    from memory without writing 4.1 bytes a token and reading them back, unless the cache is asked for
+    (`keep_cache`, --nowrite_records) or a complete one is there. Writes nothing."""
     sp = load_sentencepiece(config.sp_path)
     mismatch = config.from_raw_text and tokenizer.text_settings_mismatch(config.sp_path, config.uncased,
                                                                         config.keep_accents)
     if mismatch:
         log.warning("%s", mismatch)
-    paths = _own_outputs_excluded(config, fileio.glob(config.input_glob))
+    paths = _own_outputs_excluded(config.save_dir, fileio.glob(config.input_glob))
     if not paths:
         raise CreateError(f"no file matches --input_glob={config.input_glob}")
     for path in paths:
@@ -154,13 +173,13 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
     if not any(_size(path) for path in paths):
         raise CreateError(f"the corpus is empty: the {len(paths)} file(s) of --input_glob={config.input_glob} "
                           "hold no byte; nothing written")
-    info = units.corpus_info(config, sp.get_piece_size())
-    _check_save_dir(config, info, overwrite)
+    info = CorpusInfo.of(config, sp.get_piece_size())
+    _check_save_dir(config.save_dir, info, overwrite)
     model_sha256 = provenance.sha256_of(config.sp_path)
     if not overwrite:
         _check_units(config, paths, model_sha256)
-    todo = []
-    for unit in units.plan_units(config):
+    todo, task_files = [], {}  # each task's files are read once, for all its passes
+    for unit in (Unit(task, pass_id) for task in config.tasks for pass_id in config.pass_ids):
         files = corpus.task_files(paths, unit.task, config.num_task)
         if not files:
             log.info("task %d has no file to process (%d files, %d tasks)", unit.task, len(paths), config.num_task)
@@ -168,27 +187,34 @@ def make_plan(config: CreateConfig, overwrite=False) -> Plan:
             log.info("task %d pass %d is complete already (its record_info exists); skipped, "
                      "--overwrite redoes it", unit.task, unit.pass_id)
         else:
-            todo.append((unit, files))
-    task_files = {unit.task: files for unit, files in todo}  # each task's files are read once, for all passes
-    token_caches = {task: encode.cache_key(config, files, model_sha256) for task, files in task_files.items()}
-    made_from = {task: provenance.made_from(files, model_sha256) for task, files in task_files.items()}
-    return Plan(info, todo, sum(_size(p) for files in task_files.values() for p in files), token_caches, made_from)
+            todo.append(unit)
+            task_files[unit.task] = tuple(files)
+    settings = encode.EncodeSettings.of(config)
+    cache_asked = keep_cache or not config.write_records  # --nowrite_records: the cache makes the records
+    tasks = {}
+    for task, files in task_files.items():
+        key = encode.cache_key(settings, files, model_sha256)
+        one_unit = sum(1 for unit in todo if unit.task == task) == 1
+        in_memory = (one_unit and not cache_asked  # a complete cache (a killed run's, a kept one) is read instead
+                     and token_cache.read_index(config.save_dir, task, key) is None)
+        tasks[task] = TaskPlan(task, files, key, provenance.made_from(files, model_sha256), in_memory)
+    return Plan(info, todo, tasks, sum(_size(p) for files in task_files.values() for p in files))
+
 
 
 def _remove_earlier_units(config: CreateConfig):
     """--overwrite: every unit in save_dir goes (record_info first, so none is ever complete-looking without its
     records), except, in a run of one --task, the units of the other tasks made with the same data flags."""
     folder = os.path.join(config.save_dir, save_dir.TFRECORDS)
-    settings = units.record_settings(config)
+    settings = record_info.create_settings(config)
     removed = 0
     for info_path, info in provenance.unit_files(folder):
         parsed = save_dir.parse_name(info_path)
         other_task = (config.task is not None and parsed is not None and parsed.task not in config.tasks
                       and parsed.task is not None and parsed.task < config.num_task)
-        if other_task and info.get("create_settings") == settings:
+        if other_task and info.get(record_info.SETTINGS_KEY) == settings:
             continue
-        record_path = os.path.join(folder, os.path.basename(info_path).removeprefix("record_info-")
-                                   .removesuffix(".json") + ".tfrecords")
+        record_path = save_dir.record_file_of(info_path)
         for path in (info_path, record_path, record_path + ".gz"):
             if fileio.exists(path):
                 fileio.remove(path)
@@ -206,4 +232,4 @@ def prepare_save_dir(config: CreateConfig, plan: Plan, overwrite=False):
     if overwrite:
         _remove_earlier_units(config)
     if 0 in config.tasks:
-        save_dir.write_json(save_dir.corpus_info_path(config.save_dir), plan.corpus_info)
+        plan.corpus_info.write(save_dir.corpus_info_path(config.save_dir))

@@ -41,34 +41,13 @@ class UnitResult:
     input_counts: dict = dataclasses.field(default_factory=dict)  # see record_info.input_counts
 
 
-def plan_units(config: CreateConfig):
-    return [Unit(task, pass_id) for task in config.tasks for pass_id in config.pass_ids]
-
-
-def record_paths(config: CreateConfig, unit: Unit):
-    """(tfrecords path, record_info path) of a unit, named as the original names them."""
-    return save_dir.unit_paths(config.save_dir, config.split, unit.task, unit.pass_id,
-                              save_dir.RecordSettings.of(config))
-
-
-def corpus_info(config: CreateConfig, vocab_size):
-    """corpus_info.json's content, in the original's key order; vocab_size is the model's real size."""
-    return {
-        "vocab_size": vocab_size, "bsz_per_host": config.bsz_per_host, "num_core_per_host": config.num_core,
-        "seq_len": config.seq_len, "reuse_len": config.reuse_len, "uncased": config.uncased,
-        "bi_data": config.bi_data, "mask_alpha": config.mask_alpha, "mask_beta": config.mask_beta,
-        "num_predict": config.num_predict, "use_eod": config.use_eod, "sp_path": config.sp_path,
-        "input_glob": config.input_glob, "keep_accents": config.keep_accents,
-    }
-
-
-def write_unit_records(config: CreateConfig, rows: layout.Rows, is_start, np_mt, py_mt, out,
+def write_unit_records(settings: ExampleSettings, rows: layout.Rows, is_start, np_mt, py_mt, out,
                        on_records: Optional[Callable[[int], None]] = None):
     """Writes the unit's records to the binary file `out`; returns the number of batches (steps). With
     `out` None nothing is serialised, the steps are only counted (a cache-backed unit: --write_records=false)."""
-    loop = UnitLoop(ExampleSettings.of(config), rows, is_start, np_mt, py_mt)
-    chunk = steps_per_chunk(config.bsz_per_host, config.seq_len, CHUNK_BYTES)
-    buf = np.empty(chunk * loop.bsz * records.max_record_bytes(config.seq_len) if out else 0, dtype=np.uint8)
+    loop = UnitLoop(settings, rows, is_start, np_mt, py_mt)
+    chunk = steps_per_chunk(settings.bsz_per_host, settings.seq_len, CHUNK_BYTES)
+    buf = np.empty(chunk * loop.bsz * records.max_record_bytes(settings.seq_len) if out else 0, dtype=np.uint8)
     keep = None if out else np.zeros(loop.bsz, dtype=np.bool_)
     num_batch, done = 0, False
     while not done:
@@ -83,14 +62,6 @@ def write_unit_records(config: CreateConfig, rows: layout.Rows, is_start, np_mt,
 
 class _NoBatches(Exception):
     """Raised inside the atomic write so that no empty tfrecords file is left behind."""
-
-
-def record_settings(config: CreateConfig):
-    """What decides a unit's records beyond its file name; kept in record_info to recognise it on a re-run."""
-    settings = dataclasses.asdict(config)
-    for run_only in ("save_dir", "pass_id", "num_passes", "task", "strict", "allow_binary", "write_records"):
-        settings.pop(run_only)
-    return settings
 
 
 def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
@@ -110,10 +81,11 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
                         skipped_files=index.skipped_files,
                         input_counts=record_info.input_counts(index.shards))
     stream = encoded.stream if encoded else functools.partial(token_cache.read_stream, config.save_dir, index)
-    rows, random_state = unit_rows(ExampleSettings.of(config), unit, len(index.shards), stream)
-    write = functools.partial(write_unit_records, config, rows, start_piece_table(sp), rng.numpy_state(random_state),
+    settings = ExampleSettings.of(config)
+    rows, random_state = unit_rows(settings, unit, len(index.shards), stream)
+    write = functools.partial(write_unit_records, settings, rows, start_piece_table(sp), rng.numpy_state(random_state),
                               rng.python_state(unit.seed), on_records=on_records)
-    record_path, info_path = record_paths(config, unit)
+    record_path, info_path = config.unit_paths(unit)
     try:
         if config.write_records:
             with fileio.atomic_write(record_path) as out:
@@ -133,7 +105,8 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
     result.num_batch = num_batch
     result.records = num_batch * config.bsz_per_host
     result.dropped_tokens = result.tokens - num_batch * config.reuse_len * rows.data.shape[0]
-    info = {"filenames": [record_path], "num_batch": num_batch, "create_settings": record_settings(config),
+    info = {"filenames": [record_path], "num_batch": num_batch,
+            record_info.SETTINGS_KEY: record_info.create_settings(config),
             record_info.COUNTS_KEY: {field: getattr(result, field) for field in record_info.COUNTS},
             record_info.INPUT_COUNTS_KEY: result.input_counts}
     if config.write_records:
@@ -148,10 +121,9 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
     return result
 
 
-def recorded_result(config: CreateConfig, unit: Unit) -> UnitResult:
+def recorded_result(unit: Unit, record_path: str, info_path: str) -> UnitResult:
     """A complete unit's UnitResult as run_unit stored it in its record_info (for runners whose workers
     cannot report counts back); a record_info without counts (an older create) gives zeros but num_batch."""
-    record_path, info_path = record_paths(config, unit)
     info = save_dir.read_json(info_path)
     counts = info.get(record_info.COUNTS_KEY, {"num_batch": info.get("num_batch", 0)})
     return UnitResult(unit, **{field: int(counts.get(field, 0)) for field in record_info.COUNTS},

@@ -32,7 +32,7 @@ import numpy as np
 
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
-from xlnet_data.dataformat import hf_tokenizer
+from xlnet_data.dataformat import corpus_info, hf_tokenizer
 from xlnet_data.pretrain import checkpoints
 from xlnet_data.pretrain.config import ExportConfig, RunConfig, XLNetConfig
 from xlnet_data.pretrain.model_ops import LAYER_NORM_EPSILON  # the original's, which Transformers' XLNet also uses
@@ -193,14 +193,15 @@ _SETTING_WORDS = {"uncased": ("lower-cases", "keeps case"), "keep_accents": ("ke
 
 def check_tokenizer_fits_records(directory: str, records: list[tuple[str, dict]], name: str) -> None:
     """HFFormatError (one line) when the tokenizer of a Transformers directory normalises text otherwise than
-    create did for the records ([(corpus_info.json path, its content)]; a key missing there is False: records
-    of the original or from before the setting): the model learnt other pieces than the records hold."""
+    create did for the records ([(corpus_info.json path, its CorpusInfo or content)]; a key missing there is
+    False: records of the original or from before the setting): the model learnt other pieces than the records
+    hold."""
     settings = hf_tokenizer.tokenizer_settings(directory)
     if settings is None:
         return
     for path, info in records:
         for key, value in settings.items():
-            recorded = bool(info.get(key, False))
+            recorded = bool(corpus_info.recorded(info, key))
             if recorded != value:
                 raise HFFormatError(
                     f"{name}: its tokenizer {_SETTING_WORDS[key][not value]} ({key}={str(value).lower()}), the "

@@ -22,6 +22,7 @@ import tensorflow as tf
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import save_dir, validation
+from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples.generated import Position
 from xlnet_data.pretrain import checkpoints, hf
 from xlnet_data.pretrain.config import TrainConfig, XLNetConfig
@@ -183,7 +184,7 @@ def records_keep_accents(record_info_dir: str) -> Optional[bool]:
     """Whether create kept accents in the records (their corpus_info.json; no key: the original's stripping),
     None where no corpus_info.json is found."""
     paths = [path for path in map(save_dir.find_corpus_info, record_info_dir.split(",")) if path]
-    return any(bool(save_dir.read_json(path).get("keep_accents", False)) for path in paths) if paths else None
+    return any(CorpusInfo.read(path).value("keep_accents") for path in paths) if paths else None
 
 
 def newest_readable(model_dir: str) -> Optional[str]:

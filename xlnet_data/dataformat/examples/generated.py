@@ -22,6 +22,7 @@ import numpy as np
 
 from xlnet_data.common import compiled, fileio
 from xlnet_data.dataformat import record_info, records, save_dir, token_cache
+from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples import rng
 from xlnet_data.dataformat.examples.loop import ExampleSettings, Unit, UnitLoop, steps_per_chunk, unit_rows
 from xlnet_data.dataformat.token_cache import TokenCacheError
@@ -239,14 +240,14 @@ def find_cache_units(path: str) -> list[CacheUnit]:
     return found
 
 
-def check_corpus_info(corpus_info_path: str, info: dict, unit: CacheUnit) -> None:
+def check_corpus_info(corpus_info_path: str, info: CorpusInfo, unit: CacheUnit) -> None:
     """corpus_info.json against a cache-backed unit: its SentencePiece model (sp_path) is the one the cache was
     made with, and vocab_size is that model's (the names and create_settings: dataformat/validation.py)."""
-    sp_path = info.get("sp_path")
+    sp_path = info.sp_path
     if sp_path and os.path.isfile(sp_path) and token_cache.model_digest(sp_path) != unit.reference.get("sp_sha256"):
         raise TokenCacheError(f"{corpus_info_path}: sp_path={sp_path} is not the SentencePiece model "
                               f"{unit.info_path} was made with; re-create the save_dir, or fix corpus_info.json")
-    vocab_size = info.get("vocab_size")
+    vocab_size = info.vocab_size
     if vocab_size is not None and fileio.exists(unit.sp_path):
         pieces = load_sentencepiece(unit.sp_path).get_piece_size()
         if pieces != vocab_size:
