@@ -235,3 +235,9 @@ def test_cli_run_is_the_commands_one_handler_of_user_errors():
     assert (missing.returncode, missing.stderr) == (2, "demo: error: /no/such/file: No such file or directory\n")
     assert bug.returncode == 1 and "Traceback" in bug.stderr and "ValueError: a bug" in bug.stderr
 
+
+def test_only_cli_run_catches_the_user_error_root():
+    """The command modules leave UserError to cli.run (the one place that turns it into a line)."""
+    catching = [path.name for path in sorted(PACKAGE.glob("*.py")) if path.name != "cli.py"
+                and re.search(r"except \(?[\w, ]*UserError", path.read_text())]
+    assert catching == []

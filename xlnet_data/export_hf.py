@@ -18,7 +18,7 @@ import sys
 from absl import flags
 
 from xlnet_data import cli
-from xlnet_data.common.errors import ConfigError, UserError
+from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import provenance, save_dir, settings
 from xlnet_data.pretrain.config import ExportConfig, RunConfig, XLNetConfig
 
@@ -97,17 +97,12 @@ def config_from_flags():
 
 def main(argv):
     del argv
-    try:
-        config = config_from_flags()
-    except (UserError, OSError) as err:
-        return cli.fail("export_hf", err)
+    config = config_from_flags()  # a UserError or OSError is cli.run's line
     import tensorflow as tf
 
     from xlnet_data.pretrain import hf
     try:
         result = hf.export(config)
-    except (UserError, OSError) as err:  # a checkpoint or SentencePiece model that does not fit, unwritable dir
-        return cli.fail("export_hf", err)
     except tf.errors.OpError as err:  # a checkpoint that is not there or not readable
         return cli.fail("export_hf", err.message)
     run = config.run

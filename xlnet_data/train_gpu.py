@@ -16,7 +16,7 @@ from absl import flags
 
 from xlnet_data import cli
 from xlnet_data.common import stopping
-from xlnet_data.common.errors import ConfigError, UserError
+from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import hf_tokenizer, settings
 from xlnet_data.pretrain.config import (
     ACTIVATIONS,
@@ -199,17 +199,12 @@ def main(argv):
 
 
 def _train():
-    try:
-        config = config_from_flags()
-    except (UserError, OSError) as err:  # a flag, the records, a model file; anything else is a bug
-        return cli.fail("train", err)
+    config = config_from_flags()  # a UserError or OSError (a flag, the records, a model file) is cli.run's line
     import tensorflow as tf
 
     from xlnet_data.pretrain import distribution, training
     try:
         result = training.train(config)
-    except (UserError, OSError) as err:  # checkpoint mismatch, bad JSON, damaged records, full disk...
-        return cli.fail("train", err)
     except tf.errors.NotFoundError as err:  # e.g. an --init_checkpoint that is not there
         return cli.fail("train", err.message)
     except distribution.LOST_WORKER_ERRORS as err:
