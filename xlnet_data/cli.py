@@ -13,27 +13,27 @@ from absl import app, flags
 
 from xlnet_data.common import stopping
 from xlnet_data.common.errors import UserError
+from xlnet_data.dataformat.corpus_info import SETTING_TYPES
 
 FLAGS = flags.FLAGS
 
-# The data flags that create writes and train_gpu reads: name → (type, help). Defined once here;
-# each command supplies its defaults (create: the original data_utils.py's; train: None, meaning
-# "the records' corpus_info.json").
+# The data flags that create writes and train_gpu reads: name → help. Defined once here, typed as
+# corpus_info.json holds them (CorpusInfo; num_passes, which it does not hold, is an integer); each command
+# supplies its defaults (create: the original data_utils.py's; train: None, meaning "the records'
+# corpus_info.json").
 _DATA_FLAGS = {
-    "seq_len": ("integer", "Tokens per example."),
-    "reuse_len": ("integer", "Tokens of the memory part (reused as memory by the next batch); usually seq_len/2."),
-    "bi_data": ("bool", "Bidirectional data: half the rows are the others reversed."),
-    "uncased": ("bool", "Lower-case the text before encoding."),
-    "keep_accents": ("bool", "Keep accents and every combining mark (no NFKD): the original's preprocess_text option; "
-                             "off, as the original, Thai tone marks, Indic viramas, kana voicing, Vietnamese tones... "
-                             "are stripped."),
-    "mask_alpha": ("integer", "Span masking: a context of mask_alpha tokens ..."),
-    "mask_beta": ("integer", "... holds about mask_beta masked tokens."),
-    "num_predict": ("integer", "Masked tokens per example: num_predict - num_predict//2 in the memory part, "
-                               "the rest in A/B."),
-    "num_core_per_host": ("integer", "TPU cores per host: with bi_data each core's forward rows are followed by "
-                                     "their reverse."),
-    "num_passes": ("integer", "Passes 0..num_passes-1 (each a different sampling of A/B and masks)."),
+    "seq_len": "Tokens per example.",
+    "reuse_len": "Tokens of the memory part (reused as memory by the next batch); usually seq_len/2.",
+    "bi_data": "Bidirectional data: half the rows are the others reversed.",
+    "uncased": "Lower-case the text before encoding.",
+    "keep_accents": "Keep accents and every combining mark (no NFKD): the original's preprocess_text option; "
+                    "off, as the original, Thai tone marks, Indic viramas, kana voicing, Vietnamese tones... "
+                    "are stripped.",
+    "mask_alpha": "Span masking: a context of mask_alpha tokens ...",
+    "mask_beta": "... holds about mask_beta masked tokens.",
+    "num_predict": "Masked tokens per example: num_predict - num_predict//2 in the memory part, the rest in A/B.",
+    "num_core_per_host": "TPU cores per host: with bi_data each core's forward rows are followed by their reverse.",
+    "num_passes": "Passes 0..num_passes-1 (each a different sampling of A/B and masks).",
 }
 
 
@@ -42,7 +42,8 @@ _HELP_FLAGS = {"--help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml"}
 
 def define_data_flags(defaults, note=""):
     """Defines the shared data flags with this command's `defaults` ({name: value}); `note` ends each help."""
-    for name, (kind, help_text) in _DATA_FLAGS.items():
+    for name, help_text in _DATA_FLAGS.items():
+        kind = "bool" if SETTING_TYPES.get(name) is bool else "integer"
         getattr(flags, f"DEFINE_{kind}")(name, defaults.get(name), f"{help_text}{note}")
 
 

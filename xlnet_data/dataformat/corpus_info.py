@@ -85,7 +85,7 @@ class CorpusInfo:
         for field in _SETTINGS:
             value = info.get(field.name)
             if value is not None:
-                _check_type(path, field.name, value, _TYPES[field.name])
+                _check_type(path, field.name, value, SETTING_TYPES[field.name])
             values[field.name] = value
         extra = {key: value for key, value in info.items() if key not in _KEYS}
         return cls(**values, format_version=version, extra=extra)
@@ -119,7 +119,7 @@ class CorpusInfo:
 _SETTINGS = [field for field in dataclasses.fields(CorpusInfo) if field.name not in (VERSION_KEY, "extra")]
 _KEYS = {field.name for field in _SETTINGS} | {VERSION_KEY}
 # Each field's JSON type: its annotation without the Optional.
-_TYPES = {field.name: next(kind for kind in field.type.__args__ if kind is not type(None)) for field in _SETTINGS}
+SETTING_TYPES = {field.name: next(kind for kind in field.type.__args__ if kind is not type(None)) for field in _SETTINGS}
 
 
 def _check_type(path: str, key: str, value, kind: type) -> None:
