@@ -139,16 +139,15 @@ def bench_step(args, work):
     pin(args.core)
     import tensorflow as tf
 
-    from xlnet_data.pretrain import inputs as ip
-    from xlnet_data.pretrain import modeling as M
+    from xlnet_data.pretrain import config as C
     from xlnet_data.pretrain import training as T
-    model = M.XLNetConfig(n_layer=6, d_model=32, n_head=4, d_head=8, d_inner=32, ff_activation="relu", untie_r=False,
+    model = C.XLNetConfig(n_layer=6, d_model=32, n_head=4, d_head=8, d_inner=32, ff_activation="relu", untie_r=False,
                           n_token=32000)
-    data = ip.InputConfig(seq_len=128, reuse_len=64, perm_size=64, bsz_per_host=8, num_predict=21, uncased=True)
+    data = C.InputConfig(seq_len=128, reuse_len=64, perm_size=64, bsz_per_host=8, num_predict=21, uncased=True)
 
     def step_times(save_dir):
-        cfg = T.TrainConfig(record_info_dir=str(save_dir / "tfrecords"), model_dir=str(work / "m"), model=model,
-                            run=M.RunConfig(mem_len=64, reuse_len=64, bi_data=True), data=data, strategy="one_device")
+        cfg = C.TrainConfig(record_info_dir=str(save_dir / "tfrecords"), model_dir=str(work / "m"), model=model,
+                            run=C.RunConfig(mem_len=64, reuse_len=64, bi_data=True), data=data, strategy="one_device")
         trainer = T.Trainer(cfg, tf.distribute.OneDeviceStrategy("/cpu:0"))
         batches = iter(trainer.strategy.distribute_datasets_from_function(
             lambda context: T.replica_batches(cfg.record_info_dir, cfg, 1, input_context=context)))

@@ -311,18 +311,18 @@ def input_worker(args):
     else:
         import tensorflow as tf
 
+        from xlnet_data.pretrain import config as C
         from xlnet_data.pretrain import inputs as ip
-        from xlnet_data.pretrain import modeling as M
         from xlnet_data.pretrain import training as T
-        data = ip.InputConfig(seq_len=args.seq_len, reuse_len=reuse_len, perm_size=reuse_len, bsz_per_host=bsz,
-                              num_predict=num_predict, bi_data=True, uncased=fields["uncased"])
+        data = C.InputConfig(seq_len=args.seq_len, reuse_len=reuse_len, perm_size=reuse_len, bsz_per_host=bsz,
+                             num_predict=num_predict, bi_data=True, uncased=fields["uncased"])
         if args.impl == "make_dataset":
             dataset = ip.make_dataset(args.records, data)
         else:
-            model = M.XLNetConfig(n_layer=1, d_model=8, n_head=1, d_head=8, d_inner=8, ff_activation="gelu",
+            model = C.XLNetConfig(n_layer=1, d_model=8, n_head=1, d_head=8, d_inner=8, ff_activation="gelu",
                                   untie_r=True, n_token=32000)
-            cfg = T.TrainConfig(record_info_dir=args.records, model_dir="", model=model,
-                                run=M.RunConfig(reuse_len=reuse_len, bi_data=True), data=data)
+            cfg = C.TrainConfig(record_info_dir=args.records, model_dir="", model=model,
+                                run=C.RunConfig(reuse_len=reuse_len, bi_data=True), data=data)
             dataset = T.replica_batches(args.records, cfg, 1)
         iterator = iter(dataset)
 
@@ -433,13 +433,12 @@ def training_flops(model, bsz, seq_len, mem_len, num_predict) -> float:
 def bench_gpu(args):
     import tensorflow as tf
 
-    from xlnet_data.pretrain import inputs as ip
-    from xlnet_data.pretrain import modeling as M
+    from xlnet_data.pretrain import config as C
     from xlnet_data.pretrain import training as T
     shapes = {  # model, seq_len, reuse_len, mem_len, num_predict
-        "base": (M.XLNetConfig(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072, ff_activation="gelu",
+        "base": (C.XLNetConfig(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072, ff_activation="gelu",
                                untie_r=True, n_token=32000), 512, 256, 384, 85),
-        "small": (M.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu",
+        "small": (C.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu",
                                 untie_r=True, n_token=1000), 64, 32, 48, 10),
     }
     model, seq_len, reuse_len, mem_len, num_predict = shapes["small" if args.small else "base"]
@@ -448,11 +447,11 @@ def bench_gpu(args):
     strategy = T.make_strategy(args.strategy)
     replicas = strategy.num_replicas_in_sync
     global_bsz = args.bsz_per_replica * replicas
-    cfg = T.TrainConfig(
+    cfg = C.TrainConfig(
         record_info_dir="", model_dir="", model=model,
-        run=M.RunConfig(mem_len=mem_len, reuse_len=reuse_len, bi_data=True, use_bfloat16=args.bfloat16),
-        data=ip.InputConfig(seq_len=seq_len, reuse_len=reuse_len, perm_size=reuse_len, bsz_per_host=global_bsz,
-                            num_predict=num_predict),
+        run=C.RunConfig(mem_len=mem_len, reuse_len=reuse_len, bi_data=True, use_bfloat16=args.bfloat16),
+        data=C.InputConfig(seq_len=seq_len, reuse_len=reuse_len, perm_size=reuse_len, bsz_per_host=global_bsz,
+                           num_predict=num_predict),
         train_steps=args.warmup + args.steps, jit_compile=args.jit_compile, tf32=args.tf32)
     trainer = T.Trainer(cfg, strategy)
     features = strategy.experimental_distribute_values_from_function(

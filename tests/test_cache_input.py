@@ -16,6 +16,7 @@ from xlnet_data.dataformat.examples import generated
 from xlnet_data.dataformat.token_cache import TokenCacheError
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.job import create_records
+from xlnet_data.pretrain import config as C
 from xlnet_data.pretrain import inputs as ip
 
 CASES = sorted(p.name for p in GOLDEN.glob("g*")) if GOLDEN.is_dir() else []
@@ -40,10 +41,10 @@ def golden_config(case, save_dir, **changes):
 
 
 def input_config(config: CreateConfig, **changes):
-    return ip.InputConfig(seq_len=config.seq_len, reuse_len=config.reuse_len, perm_size=config.reuse_len // 2,
-                          bsz_per_host=config.bsz_per_host, num_predict=config.num_predict,
-                          num_core_per_host=config.num_core, bi_data=config.bi_data, mask_alpha=config.mask_alpha,
-                          mask_beta=config.mask_beta, uncased=config.uncased, split=config.split, **changes)
+    return C.InputConfig(seq_len=config.seq_len, reuse_len=config.reuse_len, perm_size=config.reuse_len // 2,
+                         bsz_per_host=config.bsz_per_host, num_predict=config.num_predict,
+                         num_core_per_host=config.num_core, bi_data=config.bi_data, mask_alpha=config.mask_alpha,
+                         mask_beta=config.mask_beta, uncased=config.uncased, split=config.split, **changes)
 
 
 @pytest.fixture(scope="module")

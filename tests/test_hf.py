@@ -22,6 +22,7 @@ from test_modeling import _no_tensor_float_32  # noqa: F401  (autouse: full floa
 from xlnet_data.dataformat import hf_tokenizer
 from xlnet_data.datagen.text import Encoder, preprocess_texts
 from xlnet_data.pretrain import checkpoints, hf
+from xlnet_data.pretrain import config as C
 from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import modeling as M
 
@@ -126,9 +127,9 @@ def _assert_same(ours, theirs, atol):
 @needs_transformers
 def test_trained_model_export_gives_our_log_probs(trained, records):
     model_dir, export_dir, _ = trained
-    run = M.RunConfig.from_json(str(model_dir / "run_config.json"))
+    run = C.RunConfig.from_json(str(model_dir / "run_config.json"))
     model = M.build_model(str(model_dir / "xlnet_config.json"), run, checkpoint=str(model_dir))
-    data = ip.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=8, num_predict=10, uncased=True)
+    data = C.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=8, num_predict=10, uncased=True)
     batches = _batches(records, data, 3)
     mems = [mem.numpy() for mem in model.initial_mems(8)]
     ours = _ours(model, batches, mems)
@@ -145,7 +146,7 @@ def test_golden_export_gives_the_originals_log_probs(case, tmp_path):
     _ok(run_module("xlnet_data.export_hf", f"--checkpoint={directory / 'model.ckpt'}", f"--sp_path={XLNET_SPM}",
                    f"--output_dir={tmp_path}"))
     features, expected = np.load(directory / "features.npz"), np.load(directory / "expected.npz")
-    n_layer = M.XLNetConfig.from_json(str(directory / "xlnet_config.json")).n_layer
+    n_layer = C.XLNetConfig.from_json(str(directory / "xlnet_config.json")).n_layer
     keys = ["input_k", "seg_id", "perm_mask", "target_mapping", "target"]
     batches = [{key: features[f"{key}_{step}"] for key in keys} for step in range(2)]
     theirs = _transformers(tmp_path, batches, [features[f"mems_in_0_{layer}"] for layer in range(n_layer)])
@@ -176,7 +177,7 @@ def test_export_import_export_is_identical(trained, records, sample_spm, tmp_pat
 
 
 def test_tied_biases_copy_to_every_layer_and_back():
-    config = M.XLNetConfig(n_layer=3, d_model=8, n_head=2, d_head=4, d_inner=12, ff_activation="relu", untie_r=False,
+    config = C.XLNetConfig(n_layer=3, d_model=8, n_head=2, d_head=4, d_inner=12, ff_activation="relu", untie_r=False,
                            n_token=20)
     rng = np.random.default_rng(0)
     weights = {name: rng.normal(size=shape).astype(np.float32) for name, shape in M.variable_shapes(config).items()}
@@ -270,9 +271,9 @@ def test_import_continues_training_where_it_left_off(trained, records, tmp_path)
     losses = [loss for _, loss in _losses(result.stderr)]
     assert len(losses) == 10, result.stderr
     # The first step's loss (before its update) is the trained model's on the first batch, zero memories.
-    run = M.RunConfig.from_json(str(model_dir / "run_config.json"))
+    run = C.RunConfig.from_json(str(model_dir / "run_config.json"))
     model = M.build_model(str(model_dir / "xlnet_config.json"), run, checkpoint=str(model_dir))
-    data = ip.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=8, num_predict=10, uncased=True)
+    data = C.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=8, num_predict=10, uncased=True)
     first = model.plm_loss(_batches(records, data, 1)[0], model.initial_mems(8)).total_loss.numpy()
     assert losses[0] == pytest.approx(first, abs=1.5e-4)  # the log prints 4 decimals
     # And the level is where training left it (about 5.8 here), far below where it began (about 6.9).
@@ -280,7 +281,7 @@ def test_import_continues_training_where_it_left_off(trained, records, tmp_path)
     assert began - ended > 0.7, trained_losses
     assert abs(np.mean(losses) - ended) < 0.25 * (began - ended), (losses, trained_losses)
     # The shape came from the export's config.json.
-    assert M.XLNetConfig.from_json(str(imported / "xlnet_config.json")) == hf.read_config(str(export_dir))[0]
+    assert C.XLNetConfig.from_json(str(imported / "xlnet_config.json")) == hf.read_config(str(export_dir))[0]
 
 
 def test_import_refuses_another_vocabulary_or_shape_in_one_line(trained, records, tmp_path):
@@ -390,9 +391,9 @@ def test_training_records_keep_accents_for_export(tmp_path):
 
 def test_export_of_an_original_checkpoint_reads_its_tensors(tmp_path, sample_spm):
     """A TF1-style checkpoint with the original's names (as the goldens are) exports tensor for tensor."""
-    config = M.XLNetConfig(n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=12, ff_activation="gelu", untie_r=True,
+    config = C.XLNetConfig(n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=12, ff_activation="gelu", untie_r=True,
                            n_token=1000)
-    model = M.build_model(config, M.RunConfig(), seed=3)
+    model = M.build_model(config, C.RunConfig(), seed=3)
     checkpoints.save(str(tmp_path / "ckpt" / "model.ckpt"), model.weights)
     config.to_json(str(tmp_path / "ckpt" / "xlnet_config.json"))
     result = _ok(run_module("xlnet_data.export_hf", f"--checkpoint={tmp_path / 'ckpt' / 'model.ckpt'}",

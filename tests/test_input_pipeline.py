@@ -13,6 +13,7 @@ from conftest import SHARED, needs_shared
 
 from xlnet_data.dataformat import save_dir
 from xlnet_data.dataformat.vocab import CLS_ID, SEP_ID
+from xlnet_data.pretrain import config as C
 from xlnet_data.pretrain import inputs as ip
 
 FEATURE_KEYS = {"input_k", "input_q", "seg_id", "perm_mask", "target", "target_mask", "target_mapping", "label"}
@@ -71,8 +72,8 @@ def _write_records(path, records, gz):
                 writer.write(record)
 
 
-SYN = ip.InputConfig(seq_len=32, reuse_len=16, perm_size=8, bsz_per_host=4, num_predict=8, bi_data=False,
-                     uncased=False)
+SYN = C.InputConfig(seq_len=32, reuse_len=16, perm_size=8, bsz_per_host=4, num_predict=8, bi_data=False,
+                    uncased=False)
 
 
 def _make_record_dir(directory, config, task_passes, num_records, gz, tag, seed=0, max_masked=None):
@@ -105,7 +106,7 @@ def _first_tokens(dataset):
 def _golden_config(model_case):
     run = json.loads((SHARED / "golden_model" / model_case / "run_config.json").read_text())
     record_case, extra = GOLDEN_INPUTS[model_case]
-    config = ip.InputConfig(seq_len=run["seq_len"], reuse_len=run["reuse_len"], perm_size=run["perm_size"], **extra)
+    config = C.InputConfig(seq_len=run["seq_len"], reuse_len=run["reuse_len"], perm_size=run["perm_size"], **extra)
     assert config.bsz_per_core == run["bsz_per_core"] and config.num_predict == run["num_predict"]
     return config, str(SHARED / "golden" / record_case / "expected" / "tfrecords")
 
@@ -136,7 +137,7 @@ def test_golden_records_with_random_permutations_keep_the_invariants():
 @needs_shared
 def test_num_passes_selects_passes_in_the_g6_golden():
     directory = str(SHARED / "golden" / "g6_num_passes" / "expected" / "tfrecords")
-    config = ip.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=4, num_predict=10, bi_data=True)
+    config = C.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=4, num_predict=10, bi_data=True)
     infos = sorted(Path(directory).glob("record_info-*.json"))
     batches = [json.loads(p.read_text())["num_batch"] for p in infos]
     every = ip.find_records(directory, config)

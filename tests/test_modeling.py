@@ -14,6 +14,7 @@ import tensorflow as tf
 from conftest import HAVE_ORIGINAL, SHARED, XLNET_REF, needs_shared
 
 from xlnet_data.pretrain import checkpoints
+from xlnet_data.pretrain import config as C
 from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import model_ops as ops
 from xlnet_data.pretrain import modeling as M
@@ -21,9 +22,9 @@ from xlnet_data.pretrain import modeling as M
 MODEL_CASES = ["m1_bi_untied", "m2_uni_tied", "m3_sharp"]
 FEATURE_KEYS = ["input_k", "input_q", "seg_id", "perm_mask", "target", "target_mask", "target_mapping", "label"]
 
-TINY = M.XLNetConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24, ff_activation="gelu", untie_r=True,
+TINY = C.XLNetConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24, ff_activation="gelu", untie_r=True,
                      n_token=100)
-TINY_RUN = M.RunConfig(mem_len=12, reuse_len=8, bi_data=True, clamp_len=-1)
+TINY_RUN = C.RunConfig(mem_len=12, reuse_len=8, bi_data=True, clamp_len=-1)
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +38,7 @@ def _no_tensor_float_32():
 
 def _golden_model(case, **run_changes):
     directory = SHARED / "golden_model" / case
-    run = dataclasses.replace(M.RunConfig.from_json(str(directory / "run_config.json")), **run_changes)
+    run = dataclasses.replace(C.RunConfig.from_json(str(directory / "run_config.json")), **run_changes)
     model = M.build_model(str(directory / "xlnet_config.json"), run, checkpoint=str(directory / "model.ckpt"))
     return model, np.load(directory / "features.npz"), np.load(directory / "expected.npz")
 
@@ -45,8 +46,8 @@ def _golden_model(case, **run_changes):
 def _synthetic_features(bsz, seq_len=16, reuse_len=8, num_predict=6, n_token=100, seed=0):
     """A batch as the input pipeline makes it, from random records (no files needed)."""
     rng = np.random.default_rng(seed)
-    config = ip.InputConfig(seq_len=seq_len, reuse_len=reuse_len, perm_size=reuse_len // 2, bsz_per_host=bsz,
-                            num_predict=num_predict)
+    config = C.InputConfig(seq_len=seq_len, reuse_len=reuse_len, perm_size=reuse_len // 2, bsz_per_host=bsz,
+                           num_predict=num_predict)
     parse = ip.make_parser(config, ip.random_permutation(seed, config.perm_size))
     examples = []
     for b in range(bsz):
@@ -134,8 +135,8 @@ def test_m3_sharp_sees_a_swapped_segment_and_a_transposed_perm_mask():
 @needs_shared
 def test_pipeline_into_model_equals_the_original_end_to_end():
     model, features, expected = _golden_model("m1_bi_untied")
-    config = ip.InputConfig(seq_len=128, reuse_len=64, perm_size=64, bsz_per_host=8, num_predict=21, bi_data=True,
-                            uncased=True)
+    config = C.InputConfig(seq_len=128, reuse_len=64, perm_size=64, bsz_per_host=8, num_predict=21, bi_data=True,
+                           uncased=True)
     dataset = ip.make_dataset(str(SHARED / "golden" / "g1_blog" / "expected" / "tfrecords"), config,
                               permutation=ip.fixed_permutation(features["perm_rows_0"], features["perm_rows_1"]))
     mems = model.initial_mems(config.bsz_per_core)
@@ -148,8 +149,8 @@ def test_pipeline_into_model_equals_the_original_end_to_end():
 @needs_shared
 def test_golden_checkpoint_into_the_wrong_config_names_the_variables():
     directory = SHARED / "golden_model" / "m1_bi_untied"
-    config = dataclasses.replace(M.XLNetConfig.from_json(str(directory / "xlnet_config.json")), untie_r=False)
-    model = M.XLNet(config, M.RunConfig(), seed=0)
+    config = dataclasses.replace(C.XLNetConfig.from_json(str(directory / "xlnet_config.json")), untie_r=False)
+    model = M.XLNet(config, C.RunConfig(), seed=0)
     with pytest.raises(checkpoints.CheckpointMismatchError, match=r"model/transformer/r_w_bias: expected shape \[2, 8\], "
                                                         r"found \[2, 2, 8\]"):
         checkpoints.load(str(directory / "model.ckpt"), model.weights)
@@ -205,14 +206,14 @@ def test_save_and_load_in_both_formats(tmp_path):
 
 def test_configs_from_json(tmp_path):
     TINY.to_json(str(tmp_path / "xlnet_config.json"))
-    assert M.XLNetConfig.from_json(str(tmp_path / "xlnet_config.json")) == TINY
+    assert C.XLNetConfig.from_json(str(tmp_path / "xlnet_config.json")) == TINY
     (tmp_path / "bad.json").write_text(json.dumps({"n_layer": 2, "d_model": 4}))
     with pytest.raises(ValueError, match="missing n_head"):
-        M.XLNetConfig.from_json(str(tmp_path / "bad.json"))
+        C.XLNetConfig.from_json(str(tmp_path / "bad.json"))
     with pytest.raises(ValueError, match="ff_activation"):
         dataclasses.replace(TINY, ff_activation="swish")
     (tmp_path / "run.json").write_text(json.dumps({"mem_len": 5, "seq_len": 64, "same_length": True}))
-    assert M.RunConfig.from_json(str(tmp_path / "run.json")) == M.RunConfig(mem_len=5, same_length=True)
+    assert C.RunConfig.from_json(str(tmp_path / "run.json")) == C.RunConfig(mem_len=5, same_length=True)
 
 
 # ----- the pieces ----------------------------------------------------------------------------------
@@ -320,7 +321,7 @@ def test_memory_keeps_the_last_mem_len_of_the_reused_positions():
 
 def test_tied_biases_and_no_memory():
     model = M.XLNet(dataclasses.replace(TINY, untie_r=False, ff_activation="relu"),
-                    M.RunConfig(mem_len=0, bi_data=False, attn_type="uni", same_length=True, clamp_len=4), seed=0)
+                    C.RunConfig(mem_len=0, bi_data=False, attn_type="uni", same_length=True, clamp_len=4), seed=0)
     assert model.weights["model/transformer/r_w_bias"].shape == (2, 8)
     out = model.plm_loss(_synthetic_features(bsz=3), mems=None)
     assert out.new_mems is None and out.token_loss.shape == (3, 6)

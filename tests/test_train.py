@@ -17,6 +17,7 @@ import tensorflow as tf
 from conftest import ROOT, SAMPLE_CORPUS, SHARED, needs_shared, run_module
 
 from xlnet_data.common.errors import ConfigError
+from xlnet_data.pretrain import config as C
 from xlnet_data.pretrain import distribution, sources
 from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import modeling as M
@@ -58,12 +59,12 @@ def small_records(sample_spm, tmp_path_factory):
 def tiny_config(record_dir, model_dir, **changes):
     """A TrainConfig for the records above and a tiny model (what the CLI builds from TINY_SHAPE)."""
     record_dirs = ",".join(os.path.join(d, "tfrecords") for d in str(record_dir).split(","))
-    model = M.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu",
+    model = C.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu",
                           untie_r=True, n_token=1000)
-    run = M.RunConfig(mem_len=changes.pop("mem_len", 32), reuse_len=32, bi_data=True)
-    data = ip.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=8, num_predict=10, uncased=True)
+    run = C.RunConfig(mem_len=changes.pop("mem_len", 32), reuse_len=32, bi_data=True)
+    data = C.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=8, num_predict=10, uncased=True)
     defaults = dict(learning_rate=1e-3, warmup_steps=10, train_steps=20, iterations=10, strategy="one_device")
-    return T.TrainConfig(record_info_dir=record_dirs, model_dir=str(model_dir), model=model, run=run, data=data,
+    return C.TrainConfig(record_info_dir=record_dirs, model_dir=str(model_dir), model=model, run=run, data=data,
                          **{**defaults, **changes})
 
 
@@ -95,9 +96,9 @@ def test_cli_trains_a_tiny_model_and_the_loss_falls(records, tmp_path):
     reader = tf.train.load_checkpoint(str(model_dir))
     assert reader.get_tensor("global_step") == 200
     assert reader.has_tensor("model/transformer/layer_1/ff/layer_2/kernel/adam_v")
-    config = M.XLNetConfig.from_json(str(model_dir / "xlnet_config.json"))
+    config = C.XLNetConfig.from_json(str(model_dir / "xlnet_config.json"))
     assert (config.n_layer, config.d_model, config.n_token) == (2, 32, 1000)
-    M.build_model(config, M.RunConfig(), checkpoint=str(model_dir))
+    M.build_model(config, C.RunConfig(), checkpoint=str(model_dir))
     tags = {}
     for event in tf.compat.v1.train.summary_iterator(glob.glob(str(model_dir / "events.out.tfevents.*"))[0]):
         for value in event.summary.value:
@@ -251,12 +252,12 @@ def _golden_train_config(case, model_dir, **changes):
     """A run from a model golden's TF1 checkpoint on the records it was made from, and its golden arrays."""
     golden = SHARED / "golden_model" / case
     create_case, fields = GOLDEN_INPUTS[case]
-    run = M.RunConfig.from_json(str(golden / "run_config.json"))
+    run = C.RunConfig.from_json(str(golden / "run_config.json"))
     run_json = json.loads((golden / "run_config.json").read_text())
-    data = ip.InputConfig(seq_len=run_json["seq_len"], reuse_len=run.reuse_len, perm_size=run_json["perm_size"],
-                          **fields)
-    cfg = T.TrainConfig(record_info_dir=str(SHARED / "golden" / create_case / "expected" / "tfrecords"),
-                        model_dir=str(model_dir), model=M.XLNetConfig.from_json(str(golden / "xlnet_config.json")),
+    data = C.InputConfig(seq_len=run_json["seq_len"], reuse_len=run.reuse_len, perm_size=run_json["perm_size"],
+                         **fields)
+    cfg = C.TrainConfig(record_info_dir=str(SHARED / "golden" / create_case / "expected" / "tfrecords"),
+                        model_dir=str(model_dir), model=C.XLNetConfig.from_json(str(golden / "xlnet_config.json")),
                         run=run, data=data, init_checkpoint=str(golden / "model.ckpt"), strategy="one_device",
                         **changes)
     return cfg, np.load(golden / "features.npz"), np.load(golden / "expected.npz")
@@ -384,7 +385,7 @@ def test_cli_without_corpus_info_needs_the_data_flags(records, tmp_path):
 
 
 def test_cli_xlnet_config_that_contradicts_the_records_is_one_line(records, tmp_path):
-    tiny = M.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu", untie_r=True,
+    tiny = C.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu", untie_r=True,
                          n_token=32000)
     tiny.to_json(str(tmp_path / "xlnet_config.json"))
     result = run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={tmp_path / 'm'}",
@@ -405,7 +406,7 @@ def test_learning_rate_warms_up_then_decays_to_min_lr_ratio(records, tmp_path):
 
 
 def test_weight_decay_spares_layer_norm_and_biases_but_not_the_attention_biases():
-    decayed = [name for name in M.variable_shapes(M.XLNetConfig(1, 4, 1, 4, 8, "relu", True, 10))
+    decayed = [name for name in M.variable_shapes(C.XLNetConfig(1, 4, 1, 4, 8, "relu", True, 10))
                if O.uses_weight_decay(name)]
     assert decayed == ["model/transformer/word_embedding/lookup_table", "model/transformer/mask_emb/mask_emb",
                        "model/transformer/r_w_bias", "model/transformer/r_r_bias", "model/transformer/r_s_bias",

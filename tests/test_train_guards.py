@@ -13,7 +13,7 @@ from test_train import make_small_records, tiny_config
 from test_train_faults import _checkpoint_tensors, _one_line, _train_args
 
 from xlnet_data.common.errors import ConfigError
-from xlnet_data.pretrain import modeling as M
+from xlnet_data.pretrain import config as C
 from xlnet_data.pretrain import reporting, resume
 from xlnet_data.pretrain import training as T
 
@@ -148,7 +148,7 @@ def test_more_training_flags_out_of_range(small_records, tmp_path, changes, mess
 ])
 def test_run_config_ranges(changes, message):
     with pytest.raises(ValueError) as refused:
-        M.RunConfig(**changes)
+        C.RunConfig(**changes)
     assert str(refused.value) == message
 
 
