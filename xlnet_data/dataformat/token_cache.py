@@ -13,7 +13,6 @@ A unit reads its task's stream back with the files in its own seeded order (exam
 """
 
 import dataclasses
-import hashlib
 import json
 from typing import Optional
 
@@ -21,6 +20,7 @@ import numpy as np
 
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
+from xlnet_data.dataformat.provenance import sha256_of
 from xlnet_data.dataformat.save_dir import token_cache_paths
 
 CACHE_FORMAT = 1
@@ -111,17 +111,12 @@ def read_stream(save_dir: str, index: CacheIndex, order):
     return ids, sent_ids
 
 
-def model_digest(sp_path) -> str:
-    with fileio.open_read(sp_path) as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
 def cache_reference(save_dir: str, sp_path: str, index: CacheIndex) -> dict:
     """What a cache-backed unit's record_info says of the cache its records are made from (--write_records=false):
     enough to find it and to tell a stale or damaged one (examples/generated.py checks it)."""
     data_path, _ = token_cache_paths(save_dir, index.task, index.key)
     return {"task": index.task, "key": index.key, "tokens": index.tokens, "bytes": fileio.size(data_path),
-            "sp_sha256": model_digest(sp_path)}
+            "sp_sha256": sha256_of(sp_path)}
 
 
 def referenced_cache_exists(save_dir: str, reference: dict) -> bool:

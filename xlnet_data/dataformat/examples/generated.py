@@ -21,7 +21,7 @@ from typing import Optional
 import numpy as np
 
 from xlnet_data.common import compiled, fileio
-from xlnet_data.dataformat import record_info, records, save_dir, token_cache
+from xlnet_data.dataformat import provenance, record_info, records, save_dir, token_cache
 from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples import rng
 from xlnet_data.dataformat.examples.loop import ExampleSettings, Unit, UnitLoop, steps_per_chunk, unit_rows
@@ -81,7 +81,7 @@ def check_cache(unit: CacheUnit) -> token_cache.CacheIndex:
     if not fileio.exists(sp_path):
         raise TokenCacheError(f"{unit.info_path}: the SentencePiece model {sp_path} (its create_settings' sp_path, "
                               "needed to mask whole-word spans) is missing; put it back there")
-    if token_cache.model_digest(sp_path) != ref.get("sp_sha256"):
+    if provenance.sha256_of(sp_path) != ref.get("sp_sha256"):
         raise TokenCacheError(f"{sp_path} is not the SentencePiece model {unit.info_path} was made with (another "
                               f"file now); put the original back, or {_rerun_hint(unit)}")
     return index
@@ -244,7 +244,7 @@ def check_corpus_info(corpus_info_path: str, info: CorpusInfo, unit: CacheUnit) 
     """corpus_info.json against a cache-backed unit: its SentencePiece model (sp_path) is the one the cache was
     made with, and vocab_size is that model's (the names and create_settings: dataformat/validation.py)."""
     sp_path = info.sp_path
-    if sp_path and os.path.isfile(sp_path) and token_cache.model_digest(sp_path) != unit.reference.get("sp_sha256"):
+    if sp_path and os.path.isfile(sp_path) and provenance.sha256_of(sp_path) != unit.reference.get("sp_sha256"):
         raise TokenCacheError(f"{corpus_info_path}: sp_path={sp_path} is not the SentencePiece model "
                               f"{unit.info_path} was made with; re-create the save_dir, or fix corpus_info.json")
     vocab_size = info.vocab_size
