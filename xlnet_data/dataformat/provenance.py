@@ -31,6 +31,13 @@ HASH_LIMIT_BYTES = 1 << 20  # files up to this size are hashed too (cheap); larg
 
 
 def sha256_of(path) -> str:
+    """A file's sha256 (hex), computed once per (path, size, mtime): a run checks its SentencePiece model for
+    every unit (the plan, each cache-backed unit's record_info and its reader)."""
+    return _sha256(path, fileio.size(path), fileio.modified_ns(path))
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _sha256(path, size, mtime_ns) -> str:
     digest = hashlib.sha256()
     with fileio.open_read(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -43,7 +50,7 @@ def _identity(path, size, mtime_ns):
     """Cached per (path, size, mtime): make_plan runs twice per run (before and under the save_dir lock)."""
     identity = {"path": path, "size": size, "mtime_ns": mtime_ns}
     if size <= HASH_LIMIT_BYTES:
-        identity["sha256"] = sha256_of(path)
+        identity["sha256"] = _sha256(path, size, mtime_ns)
     return identity
 
 

@@ -4,6 +4,7 @@ Shared by the local runner (worker processes) and the Beam runner, so both skip 
 units, refuse the same conflicting save_dir, and write corpus_info.json the same way.
 """
 
+import collections
 import dataclasses
 import logging
 import os
@@ -162,7 +163,8 @@ def make_plan(config: CreateConfig, overwrite=False, keep_cache=False) -> Plan:
                                                                         config.keep_accents)
     if mismatch:
         log.warning("%s", mismatch)
-    paths = _own_outputs_excluded(config.save_dir, fileio.glob(config.input_glob))
+    # sorted once: task_files sorts them again per task and per unit already in save_dir, then in linear time
+    paths = sorted(_own_outputs_excluded(config.save_dir, fileio.glob(config.input_glob)))
     if not paths:
         raise CreateError(f"no file matches --input_glob={config.input_glob}")
     for path in paths:
@@ -179,8 +181,9 @@ def make_plan(config: CreateConfig, overwrite=False, keep_cache=False) -> Plan:
     if not overwrite:
         _check_units(config, paths, model_sha256)
     todo, task_files = [], {}  # each task's files are read once, for all its passes
+    files_of = {task: corpus.task_files(paths, task, config.num_task) for task in config.tasks}
     for unit in (Unit(task, pass_id) for task in config.tasks for pass_id in config.pass_ids):
-        files = corpus.task_files(paths, unit.task, config.num_task)
+        files = files_of[unit.task]
         if not files:
             log.info("task %d has no file to process (%d files, %d tasks)", unit.task, len(paths), config.num_task)
         elif not overwrite and unit_is_complete(config, unit):
@@ -191,10 +194,10 @@ def make_plan(config: CreateConfig, overwrite=False, keep_cache=False) -> Plan:
             task_files[unit.task] = tuple(files)
     settings = encode.EncodeSettings.of(config)
     cache_asked = keep_cache or not config.write_records  # --nowrite_records: the cache makes the records
-    tasks = {}
+    tasks, units_of_task = {}, collections.Counter(unit.task for unit in todo)
     for task, files in task_files.items():
         key = encode.cache_key(settings, files, model_sha256)
-        one_unit = sum(1 for unit in todo if unit.task == task) == 1
+        one_unit = units_of_task[task] == 1
         in_memory = (one_unit and not cache_asked  # a complete cache (a killed run's, a kept one) is read instead
                      and token_cache.read_index(config.save_dir, task, key) is None)
         tasks[task] = TaskPlan(task, files, key, provenance.made_from(files, model_sha256), in_memory)
