@@ -1,6 +1,7 @@
 """A unit's record_info JSON beyond the original's keys (`filenames`, `num_batch`): what create adds to it."""
 
 import dataclasses
+from typing import Optional
 
 from xlnet_data.dataformat.corpus_info import ABSENT_MEANS
 
@@ -38,6 +39,14 @@ def create_settings(config) -> dict:
     for run_only in RUN_ONLY:
         settings.pop(run_only)
     return settings
+
+
+def created_num_core(settings: dict) -> Optional[int]:
+    """The cores a SETTINGS_KEY value's rows were laid out for (the original forces 1 without a TPU); None where
+    it does not say."""
+    if "num_core_per_host" not in settings:
+        return None
+    return settings["num_core_per_host"] if settings.get("use_tpu", True) else 1
 
 
 def recorded_create_settings(info: dict):

@@ -16,20 +16,13 @@ import dataclasses
 import os
 from typing import Optional
 
-from xlnet_data.dataformat import record_info, save_dir
+from xlnet_data.dataformat import provenance, record_info, save_dir
 from xlnet_data.dataformat.corpus_info import CorpusInfo, recorded
 from xlnet_data.dataformat.record_reader import RecordError, count_records, parse_example, read_records
 from xlnet_data.dataformat.save_dir import SaveDirError
 
 # corpus_info.json's fields that a record_info's file name encodes too.
 _NAMED_FIELDS = tuple(field.name for field in dataclasses.fields(save_dir.RecordSettings))
-
-
-def _created_num_core(create_settings: dict) -> Optional[int]:
-    """The cores create laid the rows out for (the original forces 1 without a TPU)."""
-    if "num_core_per_host" not in create_settings:
-        return None
-    return create_settings["num_core_per_host"] if create_settings.get("use_tpu", True) else 1
 
 
 def _disagreements(info: CorpusInfo, info_path: str, unit: dict) -> list[str]:
@@ -43,7 +36,7 @@ def _disagreements(info: CorpusInfo, info_path: str, unit: dict) -> list[str]:
                 found.append(f"{key}={theirs} in its name")
     created = unit.get("create_settings")
     if isinstance(created, dict):
-        cores = _created_num_core(created)
+        cores = record_info.created_num_core(created)
         if info.num_core_per_host is not None and cores is not None and info.num_core_per_host != cores:
             found.append(f"num_core_per_host={cores} in its create_settings")
         if info.use_eod is not None and "use_eod" in created and info.use_eod != created["use_eod"]:
@@ -157,8 +150,8 @@ def check_units_agree(tfrecords_dir: str) -> Optional[str]:
     first: dict = {}
     for info_path in save_dir.record_info_paths(tfrecords_dir):
         unit = save_dir.read_json(info_path)
-        facts = {"create_settings": record_info.recorded_create_settings(unit),
-                 "model_sha256": (unit.get("made_from") or {}).get("model_sha256")}
+        facts = {record_info.SETTINGS_KEY: record_info.recorded_create_settings(unit),
+                 "model_sha256": (unit.get(provenance.MADE_FROM) or {}).get("model_sha256")}
         for key, value in facts.items():
             if value is None:
                 continue

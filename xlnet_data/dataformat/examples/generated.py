@@ -48,7 +48,7 @@ class CacheUnit:
 
 def cache_unit(info_path: str, info: dict, num_batch: int) -> CacheUnit:
     """The CacheUnit of a record_info (`info`, read from `info_path`); SaveDirError when it cannot say one."""
-    settings, reference = info.get("create_settings"), info.get(record_info.TOKEN_CACHE_KEY)
+    settings, reference = info.get(record_info.SETTINGS_KEY), info.get(record_info.TOKEN_CACHE_KEY)
     parsed = save_dir.parse_name(info_path)
     if not isinstance(settings, dict) or not isinstance(reference, dict) or parsed is None or parsed.task is None:
         raise save_dir.SaveDirError(f"{info_path}: a token_cache entry without create_settings (or a renamed file); "

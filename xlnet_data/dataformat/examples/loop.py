@@ -17,6 +17,7 @@ from xlnet_data.dataformat import records
 from xlnet_data.dataformat.examples import layout
 from xlnet_data.dataformat.examples.masking import ngram_cdf, sample_mask
 from xlnet_data.dataformat.examples.pairing import row_boundaries, split_a_and_b
+from xlnet_data.dataformat.record_info import created_num_core
 from xlnet_data.dataformat.vocab import CLS_ID, SEP_ID
 
 
@@ -58,10 +59,9 @@ class ExampleSettings:
     @classmethod
     def from_create_settings(cls, settings: dict) -> "ExampleSettings":
         """The settings of a record_info's `create_settings` (create's flags as it ran)."""
-        num_core = settings["num_core_per_host"] if settings.get("use_tpu", True) else 1
         return cls(**{field.name: settings[field.name] for field in dataclasses.fields(cls)
                       if field.name not in ("num_core", "span_unit")},
-                   num_core=num_core, span_unit=settings.get("span_unit", "piece"))
+                   num_core=created_num_core(settings), span_unit=settings.get("span_unit", "piece"))
 
 
 INPUT, IS_MASKED, TARGET, SEG_ID, LABEL = (records.FEATURES.index(name)
