@@ -171,3 +171,12 @@ def test_device_names_are_read_as_tensorflow_reads_them(name):
 def test_a_device_this_machine_lacks_is_one_line():
     with pytest.raises(ConfigError, match=r"--devices: /gpu:7 is not a device of this machine \(it has /cpu:0"):
         T.make_strategy("mirrored", ("/cpu:0", "/gpu:7"))
+
+
+def test_run_config_names_the_model_of_every_record_dir(small_records, sample_spm):
+    """run_config.json's sp_model_sha256 (export_hf's tokenizer check) from each of several comma-separated record
+    dirs; read as one path, they named none and the check was off."""
+    from xlnet_data.dataformat import provenance
+    from xlnet_data.pretrain import resume
+    tfrecords = os.path.join(small_records, "tfrecords")
+    assert resume.records_models(f"{tfrecords},{tfrecords}") == [provenance.sha256_of(sample_spm)]

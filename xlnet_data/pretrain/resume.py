@@ -173,11 +173,17 @@ def check_model_dir(cfg: TrainConfig, chief: bool) -> None:
     settings = {**dataclasses.asdict(cfg.run), "seq_len": cfg.data.seq_len, "perm_size": cfg.data.perm_size,
                 "num_predict": cfg.data.num_predict, "uncased": cfg.data.uncased,
                 # the records' SentencePiece model(s), for export_hf to ship the very tokenizer
-                "sp_model_sha256": sorted({validation.check_units_agree(d) for d in cfg.sources} - {None})}
+                "sp_model_sha256": records_models(cfg.record_info_dir)}
     keep_accents = records_keep_accents(cfg.record_info_dir)
     if keep_accents is not None:  # else export_hf takes its flag
         settings["keep_accents"] = keep_accents
     fileio.write_text_atomic(os.path.join(cfg.model_dir, "run_config.json"), json.dumps(settings, indent=2) + "\n")
+
+
+def records_models(record_info_dir: str) -> list[str]:
+    """The sha256 of the SentencePiece model(s) the records of every comma-separated dir were made with (their
+    record_infos' made_from; an older create's records name none), sorted."""
+    return sorted({validation.check_units_agree(d) for d in record_info_dir.split(",")} - {None})
 
 
 def records_keep_accents(record_info_dir: str) -> Optional[bool]:
