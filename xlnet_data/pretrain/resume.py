@@ -126,7 +126,7 @@ def restore_state(path: str, cfg: TrainConfig, trainer: Trainer) -> ResumedState
         log.warning("%s was trained on other sources than --record_info_dir: each starts where the mixing schedule "
                     "puts it, with empty memories", path)
         return ResumedState()
-    replicas = len(trainer.replica_mems(trainer.initial_mems()))
+    replicas = trainer.strategy.num_replicas_in_sync if cfg.run.mem_len else 0  # replica_mems' count, unbuilt
     shape = (cfg.run.mem_len, trainer.bsz_per_replica, cfg.model.d_model)
     mems = []
     for i in range(count):

@@ -4,7 +4,7 @@
     trainer.py       Trainer: the model, the optimizer (optimization.py) and one distributed step
     distribution.py  the strategy, XLA, and the scoped process settings the steps run under
     sources.py       records -> per-replica batches; which source each step reads when several are mixed
-    model_dir.py     checkpoints (+ the run state for an exact resume), resume, xlnet_config/run_config.json
+    resume.py        checkpoints (+ the run state for an exact resume), resume, xlnet_config/run_config.json
     reporting.py     the log lines, TensorBoard scalars and the loss guard
     train            the loop: steps, logs, TensorBoard summaries, checkpoints; on SIGTERM/SIGINT
                      a checkpoint at the current step, and the run ends (a re-run resumes exactly)
@@ -98,7 +98,7 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
     On SIGTERM or SIGINT the run saves a checkpoint at the current step and returns early (result.stopped_by).
     Before training, every unit's record count is checked against its record_info; a damaged record met
     while training raises DamagedRecordsError naming it (after a checkpoint at the current step).
-    permutation: fixes the factorization orders (see input_pipeline.fixed_permutation).
+    permutation: fixes the factorization orders (see inputs.fixed_permutation).
     stop_after: end after that many steps of this run without a final checkpoint, as if
       the job were killed (to test resuming).
     """
