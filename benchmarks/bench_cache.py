@@ -23,7 +23,6 @@ Output: Markdown lines for BENCHMARKS.md.
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -35,6 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SHARED = ROOT.parent / "shared"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from run_all import cpu_name  # noqa: E402  (one reading of the CPU's model name for every report)
+
 SP_PATH = SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"
 
 CONFIGS = {
@@ -43,13 +45,6 @@ CONFIGS = {
     512: ["--seq_len=512", "--reuse_len=256", "--bsz_per_host=16", "--num_core_per_host=4", "--use_tpu=True",
           "--bi_data=True", "--mask_alpha=6", "--mask_beta=1", "--num_predict=85"],
 }
-
-
-def cpu_name():
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def make_corpus(directory, size_mb, num_files=4):
