@@ -87,6 +87,13 @@ def check_cache(unit: CacheUnit) -> token_cache.CacheIndex:
     return index
 
 
+@functools.lru_cache(maxsize=4)
+def _start_piece_table(sp_sha256, sp_path):
+    """The model's word-start table, made once per model (keyed on its content): every unit opens a loop, again
+    on every cycle of the stream."""
+    return start_piece_table(load_sentencepiece(sp_path))
+
+
 def open_loop(unit: CacheUnit, vocab_size: Optional[int] = None) -> UnitLoop:
     """The unit's loop at its first step: its task's stream read back in the unit's order, laid out, seeded."""
     index = check_cache(unit)
@@ -95,7 +102,7 @@ def open_loop(unit: CacheUnit, vocab_size: Optional[int] = None) -> UnitLoop:
     if vocab_size is not None and rows.data.size and int(rows.data.max()) >= vocab_size:
         raise TokenCacheError(f"{unit.info_path}: its token cache holds id {int(rows.data.max())}, outside the "
                               f"vocabulary of {vocab_size}; {_rerun_hint(unit)}")
-    is_start = start_piece_table(load_sentencepiece(unit.sp_path))
+    is_start = _start_piece_table(provenance.sha256_of(unit.sp_path), unit.sp_path)  # check_cache hashed it
     return UnitLoop(unit.settings, rows, is_start, rng.numpy_state(random_state), rng.python_state(unit.unit.seed))
 
 
