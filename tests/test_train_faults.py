@@ -166,6 +166,38 @@ def test_resuming_with_another_seed_is_refused(small_records, tmp_path):
         T.train(T.dataclasses.replace(cfg, seed=1, train_steps=4))
 
 
+# ----- where a model_dir's paths resolve from --------------------------------------------------------
+
+def test_a_relative_model_dir_resumes_and_so_does_its_folder_moved_as_a_whole(small_records, tmp_path):
+    """The README's `--model_dir=models/austen`, run again, resumes (the `checkpoint` file's relative entries were
+    once joined to model_dir twice: models/m/models/m/model.ckpt-2); so does the same command run in the folder
+    holding model_dir after that folder moved."""
+    first = tmp_path / "first"
+    first.mkdir()
+    trained = run_module("xlnet_data.train_gpu", *_train_args(small_records, "models/m", "--train_steps=2"), cwd=first)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    moved = tmp_path / "moved"
+    first.rename(moved)
+    resumed = run_module("xlnet_data.train_gpu", *_train_args(small_records, "models/m", "--train_steps=3"), cwd=moved)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from models/m/model.ckpt-2 (step 2)" in resumed.stderr
+    assert (moved / "models/m/checkpoint").read_text().splitlines() == [
+        'model_checkpoint_path: "model.ckpt-3"', 'all_model_checkpoint_paths: "model.ckpt-2"',
+        'all_model_checkpoint_paths: "model.ckpt-3"']
+
+
+def test_an_absolute_checkpoint_entry_of_a_moved_model_dir_is_found_in_it(tmp_path):
+    """The original's Saver lists checkpoints by absolute path: after a move they are read from model_dir."""
+    from xlnet_data.pretrain import checkpoints
+    old, new = tmp_path / "old", tmp_path / "new"
+    checkpoints.save(str(old / "model.ckpt-7"), {"w": tf.ones([2])})
+    (old / "checkpoint").write_text(f'model_checkpoint_path: "{old}/model.ckpt-7"\n'
+                                    f'all_model_checkpoint_paths: "{old}/model.ckpt-7"\n')
+    old.rename(new)
+    assert checkpoints.listed(str(new)) == [f"{new}/model.ckpt-7"] and checkpoints.latest(str(new)) == f"{new}/model.ckpt-7"
+    np.testing.assert_array_equal(checkpoints.read(checkpoints.latest(str(new)), {"w": (2,)})["w"], [1, 1])
+
+
 # ----- signals ----------------------------------------------------------------------------------------
 
 def _popen_train(*args):

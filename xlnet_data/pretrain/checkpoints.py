@@ -115,12 +115,23 @@ def read_prefixed(path: str, prefix: str) -> dict[str, np.ndarray]:
 
 
 def listed(model_dir: str) -> list[str]:
-    """The checkpoint prefixes model_dir's `checkpoint` file lists, oldest first ([] without one)."""
+    """The checkpoint prefixes model_dir's `checkpoint` file lists, oldest first ([] without one), as paths that
+    resolve from here: a relative entry (ours) is model_dir's, and an absolute one that is gone while model_dir
+    holds a checkpoint of its name (a directory the original's Saver wrote, since moved) is that one."""
     state = tf.train.get_checkpoint_state(model_dir)
     if not state:
         return []
+    # get_checkpoint_state has already joined the relative entries to model_dir: joined again, a relative
+    # model_dir ("models/m") would name models/m/models/m/model.ckpt-5.
     paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
-    return [p if os.path.isabs(p) else os.path.join(model_dir, p) for p in paths]
+    return [_found_here(model_dir, path) for path in paths]
+
+
+def _found_here(model_dir: str, path: str) -> str:
+    here = os.path.join(model_dir, os.path.basename(path))
+    if here != path and not tf.io.gfile.exists(path + ".index") and tf.io.gfile.exists(here + ".index"):
+        return here
+    return path
 
 
 def unreadable(path: str) -> Optional[str]:
@@ -135,5 +146,6 @@ def unreadable(path: str) -> Optional[str]:
 
 
 def latest(model_dir: str) -> Optional[str]:
-    """The newest checkpoint prefix listed in model_dir, or None."""
-    return tf.train.latest_checkpoint(model_dir)
+    """The newest checkpoint prefix listed in model_dir (as `listed` resolves it), or None."""
+    paths = listed(model_dir)
+    return paths[-1] if paths else None

@@ -206,7 +206,8 @@ def newest_readable(model_dir: str) -> Optional[str]:
                     f"resuming from {older}, the one before it" if older else "no older checkpoint to resume from")
     if listed:
         raise ConfigError(f"no checkpoint in --model_dir={model_dir} can be read (the newest, {listed[-1]}: "
-                          f"{checkpoints.unreadable(listed[-1])}); restore them, or use a new --model_dir")
+                          f"{checkpoints.unreadable(listed[-1])}); nothing in it was changed: put back the files "
+                          f"{os.path.join(model_dir, 'checkpoint')} lists (e.g. from a copy) and run the same command")
     return None
 
 
