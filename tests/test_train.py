@@ -156,7 +156,7 @@ def check_mirrored_equals_single_device(records, model_dir, steps=3):
             local = strategy.experimental_local_results(distributed["input_k"])
             for r, rows in enumerate(shares):
                 np.testing.assert_array_equal(local[r].numpy(), tf.gather(batch["input_k"], rows).numpy())
-            loss, mirrored_grads = trainer.loss_and_grads(distributed, trainer.initial_mems())
+            loss, mirrored_grads, _ = trainer.loss_and_grads(distributed, trainer.initial_mems())
             np.testing.assert_allclose(loss.numpy(), np.mean(losses), rtol=0, atol=1e-5)
             for name, got, *per_replica in zip(single.weights, mirrored_grads, *grads):
                 np.testing.assert_allclose(got.numpy(), np.mean(per_replica, axis=0), rtol=0, atol=1e-5,
@@ -360,6 +360,8 @@ def _one_error_line(result):
     (["--keep_accents"], ["--keep_accents=True contradicts the records: keep_accents=False in {records}/"]),
     (["--record_info_dir=/nonexistent/records"], ["--record_info_dir: no records", "/nonexistent/records"]),
     (["--perm_size=5"], ["perm_size (5) must divide reuse_len (32)"]),
+    (["--gradient_accumulation_steps=3"], ["--gradient_accumulation_steps=3 cannot split each replica's 8 rows into "
+                                           "micro-batches: it must divide 4"]),
     (["--no_such_flag=1"], ["no_such_flag"]),
     # the original's flags that we cannot honour
     (["--use_tpu=True"], ["--use_tpu=True: train_gpu does not switch to TPU ops", "--strategy=tpu"]),

@@ -69,6 +69,13 @@ def _define_run_flags():
     # Training.
     _define("integer", "train_batch_size", "Global batch, split over the replicas (default: the records' bsz_per_host, "
             "which it must equal).")
+    _define("integer", "gradient_accumulation_steps", "Hugging Face's name: each replica's rows in this many "
+            "micro-batches of rows (with bi_data forward rows with their backward rows), run one after the other, "
+            "their gradients summed (each weighted by its targets) and applied once: the global batch and every number "
+            "of the step stay, to float rounding, with 1/K of the activations' memory. It must divide each replica's "
+            "rows (half of them with bi_data); free to change on resume.")
+    _define("bool", "recompute", "Recompute each layer's activations in the backward pass instead of keeping them: "
+            "less memory, about one more forward pass of time, the same gradients (to float rounding).")
     _define("integer", "train_steps", "Total number of steps.")
     _define("integer", "iterations", "Log (and write summaries) every this many steps.")
     _define("integer", "save_steps", "Checkpoint every this many steps (and always at the end).")

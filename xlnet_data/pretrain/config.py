@@ -203,6 +203,8 @@ class TrainConfig:
     jit_compile: str = "auto"  # XLA for each replica's forward and backward pass (see Trainer.uses_xla)
     tf32: bool = False  # let GPUs run float32 matmuls in TF32
     max_loss: Optional[float] = None  # a step's loss above it stops the run as diverging (None: only non-finite)
+    gradient_accumulation_steps: int = 1  # K: each replica's rows in K micro-batches, one update (Trainer)
+    recompute: bool = False  # each layer's activations recomputed in the backward pass
 
     def __post_init__(self):
         def need(ok, message):
@@ -212,7 +214,7 @@ class TrainConfig:
         need(self.decay_method in DECAY_METHODS, f"--decay_method={self.decay_method} must be poly or cos")
         need(self.strategy in STRATEGIES, f"--strategy={self.strategy} must be one of {', '.join(STRATEGIES)}")
         need(self.jit_compile in JIT_COMPILE, f"--jit_compile={self.jit_compile} must be one of {', '.join(JIT_COMPILE)}")
-        for name in ("train_steps", "iterations", "max_save"):
+        for name in ("train_steps", "iterations", "max_save", "gradient_accumulation_steps"):
             need(getattr(self, name) > 0, f"--{name}={getattr(self, name)} must be positive")
         need(self.save_steps is None or self.save_steps > 0, f"--save_steps={self.save_steps} must be positive")
         need(self.train_steps <= MAX_TRAIN_STEPS, f"--train_steps={self.train_steps} must be at most {MAX_TRAIN_STEPS}")

@@ -26,6 +26,7 @@ GPUs TF runs float32 matmuls in TF32 by default; turn that off
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Optional
@@ -105,6 +106,8 @@ class XLNet(tf.Module):
         # Dropout masks come from a generator of their own, whose state a training checkpoint keeps, so that a
         # resumed run draws the masks the uninterrupted one would have (under a strategy: one stream per replica).
         self.dropout_rng = rng.split(1)[0]
+        self._layer_seed = None  # inside a recomputed layer: the seed of its dropout masks (see _recomputed)
+        self._layer_draws = 0
 
     # ----- helpers -----
     def _w(self, name: str) -> tf.Tensor:
@@ -113,7 +116,28 @@ class XLNet(tf.Module):
     def _dropout(self, x: tf.Tensor, rate: float, training: bool) -> tf.Tensor:
         if not training or rate == 0:
             return x
-        return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=self.dropout_rng.make_seeds(1)[:, 0])
+        if self._layer_seed is None:
+            seed = self.dropout_rng.make_seeds(1)[:, 0]
+        else:  # the same masks each time the layer runs, forward and recomputed
+            self._layer_draws += 1
+            seed = tf.random.experimental.stateless_fold_in(self._layer_seed, self._layer_draws)
+        return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)
+
+    def _recomputed(self, layer):
+        """layer(output_h, output_g), its activations recomputed in the backward pass instead of kept
+        (tf.recompute_grad). Its dropout masks come from one seed drawn before it: the generator has moved on
+        by the time the backward pass runs the layer again."""
+        seed = self.dropout_rng.make_seeds(1)[:, 0]
+
+        def run(output_h, *output_g):  # output_g: () without the query stream (tf.recompute_grad takes no None)
+            self._layer_seed, self._layer_draws = seed, 0
+            try:
+                out = layer(output_h, *output_g or (None,))
+            finally:
+                self._layer_seed = None
+            return out if output_g else out[0]
+        recomputed = tf.recompute_grad(run)
+        return lambda output_h, output_g: (recomputed(output_h), None) if output_g is None else recomputed(output_h, output_g)
 
     def _bias(self, name: str, layer: int) -> tf.Tensor:
         bias = self._w(f"transformer/{name}")
@@ -199,7 +223,7 @@ class XLNet(tf.Module):
 
     def transformer(self, inp_k: tf.Tensor, seg_id: Optional[tf.Tensor] = None, mems: Optional[Sequence] = None,
                     perm_mask: Optional[tf.Tensor] = None, target_mapping: Optional[tf.Tensor] = None,
-                    inp_q: Optional[tf.Tensor] = None, training: bool = False):
+                    inp_q: Optional[tf.Tensor] = None, training: bool = False, recompute: bool = False):
         """The original's transformer_xl, time-major.
 
         inp_k [len, bsz] int; seg_id [len, bsz]; mems per layer [mlen, bsz, d_model];
@@ -207,6 +231,7 @@ class XLNet(tf.Module):
         [num_predict, len, bsz] (rows one-hot, or zero for padding, as the input
         pipeline makes them); inp_q [len, bsz] (1: predicted; enables the
         query stream). Pretraining has no padding, so the original's input_mask is not taken.
+        recompute: each layer's activations recomputed in the backward pass (less memory, the same gradients).
         Returns (output, new_mems): the query stream's output ([num_predict or
         len, bsz, d_model]) when inp_q is given, else the content stream's.
         """
@@ -263,8 +288,10 @@ class XLNet(tf.Module):
         for i in range(cfg.n_layer):
             mem = None if mems is None else mems[i]
             new_mems.append(ops.cache_mem(output_h, mem, run.mem_len, run.reuse_len))
-            output_h, output_g = self.layer(i, output_h, output_g, mem, pos_emb, seg_mat, attn_mask, non_tgt_mask,
-                                            target_mapping, queries, training)
+            layer = functools.partial(self.layer, i, mem=mem, pos_emb=pos_emb, seg_mat=seg_mat, attn_mask=attn_mask,
+                                      non_tgt_mask=non_tgt_mask, target_mapping=target_mapping, queries=queries,
+                                      training=training)
+            output_h, output_g = (self._recomputed(layer) if recompute and training else layer)(output_h, output_g)
 
         output = output_g if output_g is not None else output_h
         return self._dropout(output, run.dropout, training), (new_mems if run.mem_len else None)
@@ -317,8 +344,9 @@ class XLNet(tf.Module):
         return output_h, output_g
 
     def plm_loss(self, features: Mapping[str, tf.Tensor], mems: Optional[Sequence] = None,
-                 training: bool = False) -> PLMOutput:
-        """Permutation-LM loss of a batch of input-pipeline features (batch-major), as two_stream_loss."""
+                 training: bool = False, recompute: bool = False) -> PLMOutput:
+        """Permutation-LM loss of a batch of input-pipeline features (batch-major), as two_stream_loss
+        (recompute: see transformer)."""
         inp_k = tf.transpose(features["input_k"], [1, 0])
         inp_q = tf.transpose(features["input_q"], [1, 0])
         seg_id = tf.transpose(features["seg_id"], [1, 0])
@@ -330,7 +358,8 @@ class XLNet(tf.Module):
         target_mask = tf.cast(tf.transpose(features["target_mask"], [1, 0]), tf.float32)
 
         output, new_mems = self.transformer(inp_k, seg_id=seg_id, mems=mems, perm_mask=perm_mask,
-                                            target_mapping=target_mapping, inp_q=inp_q, training=training)
+                                            target_mapping=target_mapping, inp_q=inp_q, training=training,
+                                            recompute=recompute)
         # The LM head, tied to the input embedding, plus its own bias; the softmax in float32 even under bfloat16.
         loss = ops.lm_loss(tf.reshape(output, [-1, self.config.d_model]),
                            self._w("transformer/word_embedding/lookup_table"), self._w("lm_loss/bias"),

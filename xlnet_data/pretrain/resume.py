@@ -172,6 +172,8 @@ def check_model_dir(cfg: TrainConfig, chief: bool) -> None:
     # rewritten by every run, since a resumed run may change them.
     settings = {**dataclasses.asdict(cfg.run), "seq_len": cfg.data.seq_len, "perm_size": cfg.data.perm_size,
                 "num_predict": cfg.data.num_predict, "uncased": cfg.data.uncased,
+                # how the last run took its steps (it changes no number: a resume may take others)
+                "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "recompute": cfg.recompute,
                 # the records' SentencePiece model(s), for export_hf to ship the very tokenizer
                 "sp_model_sha256": records_models(cfg.record_info_dir)}
     keep_accents = records_keep_accents(cfg.record_info_dir)

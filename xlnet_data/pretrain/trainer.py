@@ -1,8 +1,9 @@
 """The model and its optimizer on a strategy, and one distributed training step.
 
 The step is the original train_gpu.py's: each replica computes the PLM loss of its share of the batch with its
-own memories, the gradients are averaged over the replicas, clipped by global norm and applied once (the
-optimizer and its schedule: optimization.py).
+own memories (in K micro-batches of its rows with --gradient_accumulation_steps=K: accumulation.py), the gradients
+are averaged over the replicas, clipped by global norm and applied once (the optimizer and its schedule:
+optimization.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import tensorflow as tf
 
 from xlnet_data.common.errors import ConfigError
+from xlnet_data.pretrain.accumulation import accumulate
 from xlnet_data.pretrain.config import TrainConfig
 from xlnet_data.pretrain.distribution import uses_xla
 from xlnet_data.pretrain.modeling import build_model
@@ -35,6 +37,12 @@ class Trainer:
                 f"be a multiple of {rows}" + (" (each replica needs forward and backward rows)" if cfg.data.bi_data
                                               else ""))
         self.bsz_per_replica = cfg.data.bsz_per_host // replicas
+        steps, per_half = cfg.gradient_accumulation_steps, self.bsz_per_replica // (rows // replicas)
+        if per_half % steps:
+            raise ConfigError(
+                f"--gradient_accumulation_steps={steps} cannot split each replica's {self.bsz_per_replica} rows into "
+                f"micro-batches: it must divide {per_half}" + (" (with bi_data each micro-batch needs forward rows and "
+                                                               "their backward rows)" if cfg.data.bi_data else ""))
         with strategy.scope():
             self.model = build_model(cfg.model, cfg.run, seed=cfg.seed)
             self.optimizer = AdamWeightDecay(self.model.weights, cfg)
@@ -90,15 +98,23 @@ class Trainer:
 
     def _model_forward_backward(self, features, mems):
         """On one replica: its loss, its gradients, its next memories."""
-        out = self.model.plm_loss(features, mems, training=True)
-        # A variable's gradient terms summed two at a time, in the order of the graph (see
-        # sum_in_graph_order): a tape sums three or more at once with AddN.
-        grads = tf.gradients(out.total_loss, self.variables, aggregation_method=tf.AggregationMethod.EXPERIMENTAL_TREE)
+        cfg = self.cfg
+        if cfg.gradient_accumulation_steps > 1:
+            loss, grads, new_mems = accumulate(self.model, self.variables, features, mems,
+                                               cfg.gradient_accumulation_steps, cfg.recompute, self._gradients)
+        else:
+            out = self.model.plm_loss(features, mems, training=True, recompute=cfg.recompute)
+            loss, grads, new_mems = out.total_loss, self._gradients(out.total_loss), out.new_mems
         # Those sums (of a variable's several reads) come without a device, where a multi-worker all-reduce
         # looks for its destination.
-        with tf.device(out.total_loss.device):
+        with tf.device(loss.device):
             grads = [tf.identity(tf.convert_to_tensor(g)) for g in grads]
-        return out.total_loss, grads, out.new_mems
+        return loss, grads, new_mems
+
+    def _gradients(self, loss):
+        # A variable's gradient terms summed two at a time, in the order of the graph (see
+        # sum_in_graph_order): a tape sums three or more at once with AddN.
+        return tf.gradients(loss, self.variables, aggregation_method=tf.AggregationMethod.EXPERIMENTAL_TREE)
 
     def _replica_loss_and_grads(self, features, mems):
         """On one replica: its loss, the gradients averaged over all replicas, its next memories."""
@@ -119,7 +135,7 @@ class Trainer:
         return mean(loss), mean(gnorm), mean(lr), new_mems
 
     def _distributed_loss_and_grads(self, features, mems):
-        """Mean loss and averaged gradients of a step without applying them (for checks)."""
-        loss, grads, _ = self.strategy.run(self._replica_loss_and_grads, args=(features, mems))
+        """Mean loss, averaged gradients and next memories of a step without applying them (for checks)."""
+        loss, grads, new_mems = self.strategy.run(self._replica_loss_and_grads, args=(features, mems))
         first = lambda value: self.strategy.experimental_local_results(value)[0]
-        return self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None), [first(g) for g in grads]
+        return self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None), [first(g) for g in grads], new_mems

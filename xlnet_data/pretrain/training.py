@@ -1,7 +1,8 @@
 """Pretraining XLNet on the records: `train`, the loop, read top to bottom; the rest of a run lives beside it.
 
     config.py        TrainConfig: everything a run depends on (frozen; train_gpu.py builds it from flags)
-    trainer.py       Trainer: the model, the optimizer (optimization.py) and one distributed step
+    trainer.py       Trainer: the model, the optimizer (optimization.py) and one distributed step (accumulation.py:
+                     in K micro-batches)
     distribution.py  the strategy, XLA, and the scoped process settings the steps run under
     sources.py       records -> per-replica batches; which source each step reads when several are mixed
     resume.py        checkpoints (+ the run state for an exact resume), resume, xlnet_config/run_config.json
