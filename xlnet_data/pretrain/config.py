@@ -203,6 +203,10 @@ class TrainConfig:
     jit_compile: str = "auto"  # XLA for each replica's forward and backward pass (see Trainer.uses_xla)
     tf32: bool = False  # let GPUs run float32 matmuls in TF32
     max_loss: Optional[float] = None  # a step's loss above it stops the run as diverging (None: only non-finite)
+    gradient_accumulation_steps: int = 1
+    recompute: bool = False
+    device_memory: Optional[int] = None  # bytes of one replica's device to plan for (None: the device's own, if known)
+    peak_tflops: Optional[float] = None  # one device's dense peak, for the MFU (None: PEAK_TFLOPS by its name)
 
     def __post_init__(self):
         def need(ok, message):
