@@ -1,7 +1,8 @@
-"""What a step costs (xlnet_data.pretrain.costs, planning, train_gpu --dry_run / --device_memory): the parameter
-count is the model's, the FLOPs a hand count's, a run that cannot fit is refused in one line before any step, a
-dry run writes nothing and projects the run, the log line's rates. The estimate against measured peaks is
-benchmarks/bench_memory.py's (BENCHMARKS.md)."""
+"""What a step costs (xlnet_data.pretrain.costs, reporting): the parameter count is the model's, the FLOPs a hand
+count's, the plan shrinks with K, recomputation and bfloat16 and names the smallest change that fits, the log
+line's rates. Through train_gpu (test_train.py, on its records): a run that cannot fit --device_memory is refused
+in one line before any step, --dry_run writes nothing and projects the run. The estimate against measured peaks
+is benchmarks/bench_memory.py's (BENCHMARKS.md)."""
 
 import dataclasses
 import logging
@@ -9,17 +10,10 @@ import re
 
 import numpy as np
 import pytest
-from conftest import run_module
-from test_train import TINY_SHAPE, make_small_records, tiny_config
 
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.pretrain import config as C
 from xlnet_data.pretrain import costs
-
-
-@pytest.fixture(scope="module")
-def small_records(sample_spm, tmp_path_factory):
-    return make_small_records(sample_spm, tmp_path_factory)
 
 
 @pytest.mark.parametrize("untie_r", [True, False])
@@ -92,48 +86,6 @@ def test_known_gpus_peaks_by_name():
     assert costs.peak_tflops("NVIDIA H100 PCIe", bfloat16=True) == 756.0
     assert costs.peak_tflops("NVIDIA L40S", bfloat16=True) == 362.0
     assert costs.peak_tflops("AMD EPYC", bfloat16=False) is None
-
-
-def _cli(records, model_dir, *flags):
-    return run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}", *TINY_SHAPE,
-                      "--mem_len=32", *flags)
-
-
-def test_a_run_that_cannot_fit_the_device_memory_stops_in_one_line_before_any_step(small_records, tmp_path):
-    cfg = tiny_config(small_records, tmp_path)
-    shape = costs.step_shape(cfg, 1)
-    fits_with_k2 = costs.memory_plan(cfg.model, dataclasses.replace(shape, micro_batches=2)).total
-    assert fits_with_k2 < costs.memory_plan(cfg.model, shape).total
-    result = _cli(small_records, tmp_path / "model", f"--device_memory={fits_with_k2}", "--train_steps=5")
-    assert result.returncode == 2, result.stderr
-    errors = [line for line in result.stderr.splitlines() if "error" in line]
-    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
-    assert re.fullmatch(r"train: error: this run needs an estimated [\d.]+ MB per replica, --device_memory has "
-                        r"[\d.]+ MB: it fits with --gradient_accumulation_steps=2 \(estimated [\d.]+ MB\)",
-                        errors[0]), errors[0]
-    assert not re.search(r"step \d+ \|", result.stderr)
-    assert not (tmp_path / "model").exists()  # refused before the model_dir was made, let alone a step
-
-
-def test_dry_run_prints_the_plan_and_a_projection_and_writes_nothing(small_records, tmp_path):
-    result = _cli(small_records, tmp_path / "model", "--dry_run", "--dry_run_steps=2", "--train_steps=1000",
-                  "--device_memory=16GB")
-    assert result.returncode == 0, result.stderr
-    cfg = tiny_config(small_records, tmp_path)
-    plan = re.search(r"plan: ([\d,]+) parameters; ([\d.e+-]+) TFLOP per step \(model FLOPs\); ([\d,]+) tokens per "
-                     r"step .* peak memory ([\d.]+) MB per replica \(weights .*\) of 16.00 GB", result.stderr)
-    assert plan, result.stderr
-    assert int(plan[1].replace(",", "")) == costs.param_count(cfg.model)
-    assert float(plan[2]) == pytest.approx(costs.train_flops(cfg.model, costs.step_shape(cfg, 1)) / 1e12, rel=1e-3)
-    assert int(plan[3].replace(",", "")) == 8 * 64
-    projected = re.search(r"projected: 1,000 steps \(from step 0 to --train_steps=1000\) in \S+ \(([\d,]+) s\), "
-                          r"512,000 tokens", result.stdout)
-    step = re.search(r"then ([\d.e+-]+) s per step \(mean of 2\)", result.stdout)
-    first = re.search(r"the first step ([\d.]+) s after start", result.stdout)
-    assert projected and step and first, result.stdout
-    assert float(projected[1].replace(",", "")) == pytest.approx(float(first[1]) + 999 * float(step[1]), rel=0.02,
-                                                                  abs=1)
-    assert not (tmp_path / "model").exists()
 
 
 def test_the_log_line_adds_the_rates_after_the_originals_fields(caplog):
