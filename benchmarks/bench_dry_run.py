@@ -38,7 +38,7 @@ def command(module, *args):
     return result, time.perf_counter() - tic
 
 
-def make_records(work, seq_len, reuse_len, num_predict):
+def make_records(work, seq_len, reuse_len, num_predict, sp_path):
     save_dir = os.path.join(work, f"records{seq_len}")
     text = os.path.join(work, f"text{seq_len}")
     os.makedirs(text, exist_ok=True)
@@ -46,7 +46,7 @@ def make_records(work, seq_len, reuse_len, num_predict):
         lines = f.read().splitlines()[:300]
     with open(os.path.join(text, "emma.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    command("xlnet_data.create", f"--input_glob={text}/*.txt", f"--sp_path={SPM}", f"--save_dir={save_dir}",
+    command("xlnet_data.create", f"--input_glob={text}/*.txt", f"--sp_path={sp_path}", f"--save_dir={save_dir}",
             "--bsz_per_host=8", "--num_core_per_host=1", f"--seq_len={seq_len}", f"--reuse_len={reuse_len}",
             "--bi_data", f"--num_predict={num_predict}", "--num_workers=1")
     return save_dir
@@ -57,6 +57,7 @@ def main():
     parser.add_argument("--shapes", default="tiny,A")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--dry_run_steps", type=int, default=5)
+    parser.add_argument("--sp_path", default=SPM, help="the SentencePiece model of the records (default: ../shared's)")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench_dry_run")
     print("| shape | steps | projected (s) | real run (s) | projected / real |")
@@ -64,7 +65,7 @@ def main():
     try:
         for name in args.shapes.split(","):
             seq_len, reuse_len, num_predict, flags, steps = SHAPES[name]
-            records = make_records(work, seq_len, reuse_len, num_predict)
+            records = make_records(work, seq_len, reuse_len, num_predict, args.sp_path)
             for round_ in range(args.rounds):
                 model_dir = os.path.join(work, f"model_{name}_{round_}")
                 run = [f"--record_info_dir={records}", f"--model_dir={model_dir}", *flags, f"--train_steps={steps}",

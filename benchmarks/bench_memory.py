@@ -7,12 +7,13 @@
 Each case runs in a fresh process: TensorFlow imported and its runtime started (one small op), then the
 baseline, then the real step (xlnet_data.pretrain.trainer.Trainer: PLM loss, gradients, clipping, Adam) on
 synthetic features of the input pipeline's shapes, the memories carried from step to step, --steps steps. The
-measured peak is TensorFlow's allocator's (tf.config.experimental.get_memory_info: every tensor, the weights
-and slots included; on a CPU with TF_CPU_ALLOCATOR_USE_BFC=true, set for the case's process, which makes the
-CPU's allocator count), the figure a GPU's memory is spent on; beside it the process's RSS growth (VmHWM of
-/proc/self/status less VmRSS at the baseline), which adds TensorFlow's own memory (graphs, kernels, the
-allocator's slack). Prints per case the plan's estimate, both peaks, the plan's ratio to the allocator's peak,
-and the median step time after the first step; the figures go to BENCHMARKS.md.
+measured peak is the process's RSS growth (VmHWM of /proc/self/status less VmRSS at the baseline), with
+TensorFlow's BFC allocator on the CPU (TF_CPU_ALLOCATOR_USE_BFC=true, set for the case's process: the allocator
+of its GPUs, which keeps its freed blocks for reuse; with glibc's malloc, TensorFlow's default on CPUs, the
+growth came out up to 0.2 GB apart either way, see BENCHMARKS.md). Beside it the allocator's own peak
+(tf.config.experimental.get_memory_info: the tensors alone), the figure a GPU's memory is spent on (on a GPU the
+RSS column means nothing). Prints per case the plan's estimate, both peaks and the plan's ratio to each, and the
+median step time after the first step; the figures go to BENCHMARKS.md.
 """
 
 import argparse
@@ -109,8 +110,8 @@ def main():
 
     from xlnet_data.pretrain import costs
     print(f"CPU: {cpu_name()}; load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print("| shape | K | recompute | dtype | plan | allocator peak | plan / peak | RSS growth | step (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| shape | K | recompute | dtype | plan | RSS growth | plan / RSS | allocator peak | plan / allocator | step (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     cases = itertools.product(args.shapes.split(","), [int(k) for k in args.gradient_accumulation_steps.split(",")],
                               args.recompute.split(","), args.bfloat16.split(","))
@@ -129,8 +130,8 @@ def main():
         rows.append(dict(shape=shape, k=k, recompute=recompute, bfloat16=bfloat16, plan=plan.total,
                          measured=out["measured"], rss=out["rss"], step_s=step, parts=dataclasses.asdict(plan)))
         print(f"| {shape} | {k} | {recompute} | {'bfloat16' if bfloat16 == 'on' else 'float32'} | "
-              f"{costs.gb(plan.total)} | {costs.gb(out['measured'])} | {plan.total / out['measured']:.2f} | "
-              f"{costs.gb(out['rss'])} | {step:.2f} |", flush=True)
+              f"{costs.gb(plan.total)} | {costs.gb(out['rss'])} | {plan.total / out['rss']:.2f} | "
+              f"{costs.gb(out['measured'])} | {plan.total / out['measured']:.2f} | {step:.2f} |", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
