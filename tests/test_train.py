@@ -418,8 +418,8 @@ def test_a_run_that_cannot_fit_the_device_memory_stops_in_one_line_before_any_st
 
 
 def test_dry_run_prints_the_plan_and_a_projection_and_writes_nothing(small_records, tmp_path):
-    result = _plan_cli(small_records, tmp_path / "model", "--dry_run", "--dry_run_steps=2", "--train_steps=1000",
-                  "--device_memory=16GB")
+    result = _plan_cli(small_records, tmp_path / "model", "--dry_run", "--dry_run_steps=2", "--dry_run_seconds=0",
+                       "--train_steps=1000", "--device_memory=16GB")
     assert result.returncode == 0, result.stderr
     cfg = tiny_config(small_records, tmp_path)
     plan = re.search(r"plan: ([\d,]+) parameters; ([\d.e+-]+) TFLOP per step \(model FLOPs\); ([\d,]+) tokens per "

@@ -103,8 +103,10 @@ def _define_run_flags():
     flags.DEFINE_bool("dry_run", False, "Print the plan (parameters, FLOPs, tokens, memory), time --dry_run_steps "
                       "steps after the first and project the wall time to --train_steps; writes nothing to "
                       "--model_dir.")
-    flags.DEFINE_integer("dry_run_steps", 5, "--dry_run: steps timed after the first (tracing, compiling).",
+    flags.DEFINE_integer("dry_run_steps", 5, "--dry_run: steps timed after the first (tracing, compiling), at least.",
                          lower_bound=1)
+    flags.DEFINE_float("dry_run_seconds", 20, "--dry_run: time steps for this long at least (up to 50 x "
+                       "--dry_run_steps): a few fast steps weigh the input pipeline's warm-up too much.", lower_bound=0)
 
 
 def _define_data_and_model_flags():
@@ -235,7 +237,7 @@ def _train():
 
     from xlnet_data.pretrain import distribution, training
     if FLAGS.dry_run:
-        return _dry_run(training.dry_run(config, FLAGS.dry_run_steps, started), config)
+        return _dry_run(training.dry_run(config, FLAGS.dry_run_steps, started, FLAGS.dry_run_seconds), config)
     try:
         result = training.train(config)
     except tf.errors.NotFoundError as err:  # e.g. an --init_checkpoint that is not there
@@ -259,7 +261,7 @@ def _dry_run(dry, config) -> int:
     params = costs.param_count(config.model)
     saves = -(-left // config.save_steps) if config.save_steps else 1
     print(f"dry run: the first step {dry.first_step_seconds:.1f} s after start (start-up, tracing, compiling), then "
-          f"{dry.step_seconds:.3g} s per step (mean of {FLAGS.dry_run_steps}), {dry.cost.tokens / dry.step_seconds:,.0f} "
+          f"{dry.step_seconds:.3g} s per step (mean of {dry.timed_steps}), {dry.cost.tokens / dry.step_seconds:,.0f} "
           f"tok/s, {dry.cost.flops / dry.step_seconds / 1e12:.3g} TFLOP/s")
     print(f"projected: {left:,} steps (from step {dry.start_step} to --train_steps={config.train_steps}) in "
           f"{costs.duration(dry.projected_seconds)} ({dry.projected_seconds:,.0f} s), {left * dry.cost.tokens:,} tokens; "

@@ -100,16 +100,18 @@ class DryRun:
     cost: StepCost
     start_step: int  # model_dir's latest checkpoint's step (0 without one)
     first_step_seconds: float  # from `started` to the end of the first step: start-up, tracing, compiling
+    timed_steps: int
     step_seconds: float  # the mean of the timed steps after it
     projected_seconds: float  # of a run from start_step to train_steps, checkpoints not counted
 
 
-def dry_run(cfg: TrainConfig, steps: int = 5, started: Optional[float] = None) -> DryRun:
-    """The plan (planning.announce: refused if it cannot fit), then 1 + `steps` steps of the run on its records
+def dry_run(cfg: TrainConfig, steps: int = 5, started: Optional[float] = None, seconds: float = 20.0) -> DryRun:
+    """The plan (planning.announce: refused if it cannot fit), then 1 + `steps` steps (more while they have taken
+    under `seconds`, up to 50 x `steps`) of the run on its records
     (from fresh weights: the time of a step does not depend on them), and the wall time projected for the steps
     from model_dir's latest checkpoint to cfg.train_steps: the start-up and first step as measured (from
-    `started`, default now), every other step at the mean of the timed ones, measured without waiting for each
-    (as the run does). Writes nothing: no model_dir, checkpoint or summary."""
+    `started`, default now), every other step at the mean of the timed ones. Writes nothing: no model_dir,
+    checkpoint or summary."""
     started = time.time() if started is None else started
     with sum_in_graph_order(), tensor_float_32(cfg.tf32):
         check_records(cfg)
@@ -127,11 +129,15 @@ def dry_run(cfg: TrainConfig, steps: int = 5, started: Optional[float] = None) -
 
         float(one_step(0))
         first = time.time() - started
-        tic = time.time()
-        float([one_step(i) for i in range(1, steps + 1)][-1])
-    step_seconds = (time.time() - tic) / steps
+        tic, timed = time.time(), 0
+        # Fast steps for `seconds`: a few of them would weigh the input pipeline's warm-up (and a busy machine's
+        # hiccups) far more than a long run does.
+        while timed < steps or (time.time() - tic < seconds and timed < 50 * steps):
+            timed += 1
+            float(one_step(timed))
+    step_seconds = (time.time() - tic) / timed
     left = max(cfg.train_steps - start, 0)
-    return DryRun(cost, start, first, step_seconds, first + (left - 1) * step_seconds if left else 0.0)
+    return DryRun(cost, start, first, timed, step_seconds, first + (left - 1) * step_seconds if left else 0.0)
 
 
 def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None,
