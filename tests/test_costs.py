@@ -70,7 +70,8 @@ def test_the_plan_shrinks_with_k_recomputation_and_bfloat16():
 
 
 @pytest.mark.parametrize("text, value", [("16GB", 16 << 30), ("80 GiB", 80 << 30), ("512M", 512 << 20),
-                                         ("1.5TB", int(1.5 * (1 << 40))), ("1000", 1000)])
+                                         ("1.5TB", int(1.5 * (1 << 40))), ("1000", 1000),
+                                         ("off", 0)])
 def test_device_memory_sizes(text, value):
     assert costs.parse_bytes(text) == value
 

@@ -205,7 +205,7 @@ class TrainConfig:
     max_loss: Optional[float] = None  # a step's loss above it stops the run as diverging (None: only non-finite)
     gradient_accumulation_steps: int = 1
     recompute: bool = False
-    device_memory: Optional[int] = None  # bytes of one replica's device to plan for (None: the device's own, if known)
+    device_memory: Optional[int] = None  # bytes of a replica's device to plan for (None: a GPU's own; 0: no check)
     peak_tflops: Optional[float] = None  # one device's dense peak, for the MFU (None: PEAK_TFLOPS by its name)
 
     def __post_init__(self):

@@ -224,7 +224,9 @@ def gb(n: float) -> str:
 
 def parse_bytes(text: str) -> int:
     """'16GB', '16 GiB', '16G', '512MB', '1.5TB' or a number of bytes; GB = GiB = 2**30, as GPUs are sold and
-    nvidia-smi counts."""
+    nvidia-smi counts. 'off': 0, no check."""
+    if (text or "").strip().lower() == "off":
+        return 0
     found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(([KMGT])(i?B)?|B)?\s*", text or "", re.IGNORECASE)
     if not found:
         raise ConfigError(f"--device_memory={text!r}: give a size such as 16GB, 80GiB or 512MB")

@@ -57,12 +57,12 @@ def step_cost(cfg: TrainConfig, strategy: tf.distribute.Strategy) -> costs.StepC
 
 def announce(cfg: TrainConfig, strategy: tf.distribute.Strategy) -> costs.StepCost:
     """Logs the plan in one line; DoesNotFitError (before the model is built) when its memory is above the
-    device's: --device_memory's, else a GPU's."""
+    device's: --device_memory's, else a GPU's (--device_memory=off: no check)."""
     replicas = strategy.num_replicas_in_sync
     shape = costs.step_shape(cfg, replicas)
     cost = step_cost(cfg, strategy)
     plan = costs.memory_plan(cfg.model, shape)
-    available = cfg.device_memory or device_memory(strategy)
+    available = device_memory(strategy) if cfg.device_memory is None else cfg.device_memory  # 0: --device_memory=off
     log.info("plan: %s parameters; %.4g TFLOP per step (model FLOPs); %s tokens per step (%d x %d rows of %d, "
              "%d micro-batch(es)%s); peak memory %s%s", f"{costs.param_count(cfg.model):,}", cost.flops / 1e12,
              f"{cost.tokens:,}", replicas, shape.bsz_per_replica, shape.seq_len, shape.micro_batches,
