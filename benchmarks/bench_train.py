@@ -8,7 +8,7 @@
 
 gpu: the real step (xlnet_data.pretrain.trainer.Trainer: PLM loss, all-reduce, clipping, Adam) on synthetic
   features, the memories carried from step to step: median step time, tokens/s and model FLOPs utilisation
-  (training FLOPs of the matmuls, 3x the forward pass's, over the device's peak). XLNet-Base: 12 layers,
+  (costs.train_flops: the matmuls, 3x the forward pass, over the device's peak). XLNet-Base: 12 layers,
   d_model 768, 12 heads of 64, d_inner 3072, seq_len 512, reuse_len 256, mem_len 384, 85 predictions per
   example, 32,000 tokens. Do not run it on a CPU beyond a step or two.
 
@@ -69,9 +69,6 @@ INPUT_CASES = {
     128: ("g1_blog", dict(bsz_per_host=8, reuse_len=64, num_predict=21, uncased=True)),
     512: ("g5_seq512", dict(bsz_per_host=4, reuse_len=256, num_predict=85, uncased=False)),
 }
-# Dense peak TFLOP/s (bfloat16, float32 without TF32) of the GPUs a session may be lent, for the FLOPs utilisation.
-PEAK_TFLOPS = {"H200": (989.0, 67.0), "H100": (989.0, 67.0), "A100": (312.0, 19.5)}
-
 
 def pinned(args, env=None):
     """Runs a command pinned to core 0 (taskset -c 0); returns the completed process (raises with its stderr
@@ -414,26 +411,11 @@ def synthetic_features(bsz, seq_len, num_predict, n_token, seed):
     }
 
 
-def training_flops(model, bsz, seq_len, mem_len, num_predict) -> float:
-    """Matmul FLOPs of one training step (3x the forward pass: the backward pass costs two): the content
-    stream at every position, the query stream at the predicted ones, as the model computes them."""
-    d, hd, inner = model.d_model, model.n_head * model.d_head, model.d_inner
-    klen, rlen = mem_len + seq_len, mem_len + 2 * seq_len
-
-    def attention(rows):  # scores against keys and relative positions, then the values
-        return 2 * rows * (2 * klen + rlen) * hd
-
-    content = 2 * (seq_len * d * hd * 2 + klen * d * hd * 2 + rlen * 2 * d * hd / bsz + seq_len * d * inner * 2)
-    query = 2 * (num_predict * d * hd * 2 + num_predict * d * inner * 2)
-    per_row = (model.n_layer * (content + query + attention(seq_len) + attention(num_predict))
-               + 2 * num_predict * d * model.n_token)
-    return 3 * bsz * per_row
-
-
 def bench_gpu(args):
     import tensorflow as tf
 
     from xlnet_data.pretrain import config as C
+    from xlnet_data.pretrain import costs
     from xlnet_data.pretrain import training as T
     shapes = {  # model, seq_len, reuse_len, mem_len, num_predict
         "base": (C.XLNetConfig(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072, ff_activation="gelu",
@@ -471,13 +453,12 @@ def bench_gpu(args):
         if step >= args.warmup:
             times.append(time.perf_counter() - tic)
     median = statistics.median(times)
-    flops = training_flops(model, global_bsz, seq_len, mem_len, num_predict)
+    flops = costs.train_flops(model, costs.step_shape(cfg, replicas))
     line = (f"median step {1000 * median:.1f} ms, {global_bsz * seq_len / median:,.0f} tokens/s, "
             f"{flops / median / 1e12:.1f} TFLOP/s")
     gpu = tf.config.list_physical_devices("GPU")
     name = tf.config.experimental.get_device_details(gpu[0]).get("device_name", "") if gpu else ""
-    peak = args.peak_tflops or next((values[0 if args.bfloat16 else 1] for key, values in PEAK_TFLOPS.items()
-                                     if key in name), None)
+    peak = args.peak_tflops or costs.peak_tflops(name, args.bfloat16)
     if peak:
         line += f", model FLOPs utilisation {100 * flops / median / 1e12 / (peak * replicas):.1f}% of {peak:g} " \
                 f"TFLOP/s per device"
@@ -499,7 +480,7 @@ def main():
     gpu.add_argument("--jit_compile", default="auto", choices=["auto", "on", "off"])
     gpu.add_argument("--strategy", default="auto", choices=["auto", "one_device", "mirrored"])
     gpu.add_argument("--peak_tflops", type=float, default=None,
-                     help="the device's dense peak for the utilisation (default: known for H100/H200/A100)")
+                     help="the device's dense peak for the utilisation (default: costs.PEAK_TFLOPS by its name)")
     for name, helptext in (("step", "train_gpu's step against the original's, one core"),
                            ("input", "the input pipeline against the original's, one core")):
         mode = modes.add_parser(name, help=helptext)

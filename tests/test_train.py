@@ -18,7 +18,7 @@ from conftest import ROOT, SAMPLE_CORPUS, SHARED, needs_shared, run_module
 
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.pretrain import config as C
-from xlnet_data.pretrain import distribution, sources
+from xlnet_data.pretrain import costs, distribution, sources
 from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import modeling as M
 from xlnet_data.pretrain import optimization as O
@@ -103,7 +103,8 @@ def test_cli_trains_a_tiny_model_and_the_loss_falls(records, tmp_path):
     for event in tf.compat.v1.train.summary_iterator(glob.glob(str(model_dir / "events.out.tfevents.*"))[0]):
         for value in event.summary.value:
             tags.setdefault(value.tag, []).append(event.step)
-    assert set(tags) == {"loss", "perplexity", "bits_per_token", "gnorm", "learning_rate", "tokens_per_second"}
+    assert set(tags) == {"loss", "perplexity", "bits_per_token", "gnorm", "learning_rate", "tokens_per_second",
+                         "sequences_per_second", "model_tflops_per_second", "seconds_left"}  # no MFU on a CPU
     assert tags["loss"] == list(range(20, 201, 20))
 
 
@@ -393,6 +394,50 @@ def test_cli_xlnet_config_that_contradicts_the_records_is_one_line(records, tmp_
     result = run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={tmp_path / 'm'}",
                         f"--xlnet_config={tmp_path / 'xlnet_config.json'}")
     assert "the records' vocab_size" in _one_error_line(result)
+
+
+# ----- the plan: --device_memory, --dry_run (costs.py: test_costs.py) -----------------------------
+
+def _plan_cli(records, model_dir, *flags):
+    return run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}", *TINY_SHAPE,
+                      "--mem_len=32", *flags)
+
+
+def test_a_run_that_cannot_fit_the_device_memory_stops_in_one_line_before_any_step(small_records, tmp_path):
+    cfg = tiny_config(small_records, tmp_path)
+    shape = costs.step_shape(cfg, 1)
+    fits_with_k2 = costs.memory_plan(cfg.model, dataclasses.replace(shape, micro_batches=2)).total
+    assert fits_with_k2 < costs.memory_plan(cfg.model, shape).total
+    result = _plan_cli(small_records, tmp_path / "model", f"--device_memory={fits_with_k2}", "--train_steps=5")
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert re.fullmatch(r"train: error: this run needs an estimated [\d.]+ MB per replica, --device_memory has "
+                        r"[\d.]+ MB: it fits with --gradient_accumulation_steps=2 \(estimated [\d.]+ MB\)",
+                        errors[0]), errors[0]
+    assert not re.search(r"step \d+ \|", result.stderr)
+    assert not (tmp_path / "model").exists()  # refused before the model_dir was made, let alone a step
+
+
+def test_dry_run_prints_the_plan_and_a_projection_and_writes_nothing(small_records, tmp_path):
+    result = _plan_cli(small_records, tmp_path / "model", "--dry_run", "--dry_run_steps=2", "--dry_run_seconds=0",
+                       "--train_steps=1000", "--device_memory=16GB")
+    assert result.returncode == 0, result.stderr
+    cfg = tiny_config(small_records, tmp_path)
+    plan = re.search(r"plan: ([\d,]+) parameters; ([\d.e+-]+) TFLOP per step \(model FLOPs\); ([\d,]+) tokens per "
+                     r"step .* peak memory ([\d.]+) MB per replica \(weights .*\) of 16.00 GB", result.stderr)
+    assert plan, result.stderr
+    assert int(plan[1].replace(",", "")) == costs.param_count(cfg.model)
+    assert float(plan[2]) == pytest.approx(costs.train_flops(cfg.model, costs.step_shape(cfg, 1)) / 1e12, rel=1e-3)
+    assert int(plan[3].replace(",", "")) == 8 * 64
+    projected = re.search(r"projected: 1,000 steps \(from step 0 to --train_steps=1000\) in \S+ \(([\d,]+) s\), "
+                          r"512,000 tokens", result.stdout)
+    step = re.search(r"then ([\d.e+-]+) s per step \(mean of 2\)", result.stdout)
+    first = re.search(r"the first step ([\d.]+) s after start", result.stdout)
+    assert projected and step and first, result.stdout
+    assert float(projected[1].replace(",", "")) == pytest.approx(float(first[1]) + 999 * float(step[1]), rel=0.02,
+                                                                  abs=1)
+    assert not (tmp_path / "model").exists()
 
 
 # ----- the schedule and the optimizer -------------------------------------------------------------

@@ -9,8 +9,10 @@ has examples.
 
 import dataclasses
 import logging
+import os
 import signal
 import sys
+import time
 
 from absl import flags
 
@@ -18,6 +20,7 @@ from xlnet_data import cli
 from xlnet_data.common import stopping
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import hf_tokenizer, settings
+from xlnet_data.pretrain import costs
 from xlnet_data.pretrain.config import (
     ACTIVATIONS,
     DECAY_METHODS,
@@ -94,6 +97,20 @@ def _define_run_flags():
             "TPUs, which compile the whole step anyway.", JIT_COMPILE)
     _define("bool", "tf32", "Let GPUs run float32 matmuls in TF32 (faster on Ampere and later, about 1e-3 relative "
             "error); off, every float32 matmul is full float32.")
+    # Fitting a run (docs/pretraining.md#fitting-a-run).
+    flags.DEFINE_string("device_memory", None, "Plan for a device of this memory per replica, e.g. 16GB (GB = GiB), "
+                        "also on a CPU; a run whose estimated peak is above it stops before any step, naming the "
+                        "smallest change that fits. Default: a GPU's own memory; none on CPUs. off: no check (the plan "
+                        "is an estimate: within 20% of the measured peak on CPUs, see BENCHMARKS.md).")
+    _define("float", "peak_tflops", "One device's dense peak TFLOP/s, for the MFU of the log line (default: known "
+            "GPUs' from a table, bfloat16 or float32 as the run computes; no MFU on CPUs).")
+    flags.DEFINE_bool("dry_run", False, "Print the plan (parameters, FLOPs, tokens, memory), time --dry_run_steps "
+                      "steps after the first and project the wall time to --train_steps; writes nothing to "
+                      "--model_dir.")
+    flags.DEFINE_integer("dry_run_steps", 5, "--dry_run: steps timed after the first (tracing, compiling), at least.",
+                         lower_bound=1)
+    flags.DEFINE_float("dry_run_seconds", 20, "--dry_run: time steps for this long at least (up to 50 x "
+                       "--dry_run_steps): a few fast steps weigh the input pipeline's warm-up too much.", lower_bound=0)
 
 
 def _define_data_and_model_flags():
@@ -191,7 +208,8 @@ def config_from_flags():
     run = cli.config_from_flags(RunConfig, reuse_len=data_config.reuse_len, bi_data=data_config.bi_data)
     return cli.config_from_flags(
         TrainConfig, record_info_dir=",".join(d.tfrecords for d in record_dirs), model=model,
-        run=run, data=data_config, devices=tuple(FLAGS.devices))
+        run=run, data=data_config, devices=tuple(FLAGS.devices),
+        device_memory=costs.parse_bytes(FLAGS.device_memory) if FLAGS.device_memory else None)
 
 
 def main(argv):
@@ -205,11 +223,25 @@ def main(argv):
         return stop.exit_status
 
 
+def _process_start() -> float:
+    """When this process started (time.time()'s clock), read from /proc where there is one, else now: the dry
+    run's projection counts the interpreter's and TensorFlow's start-up as a real run's wall time does."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+            return time.time() - float(uptime.read().split()[0]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
+
+
 def _train():
+    started = _process_start()
     config = config_from_flags()  # a UserError or OSError (a flag, the records, a model file) is cli.run's line
     import tensorflow as tf
 
     from xlnet_data.pretrain import distribution, training
+    if FLAGS.dry_run:
+        return _dry_run(training.dry_run(config, FLAGS.dry_run_steps, started, FLAGS.dry_run_seconds), config)
     try:
         result = training.train(config)
     except tf.errors.NotFoundError as err:  # e.g. an --init_checkpoint that is not there
@@ -225,6 +257,20 @@ def _train():
               "same command to resume", file=sys.stderr)
         return 128 + result.stopped_by
     print(f"done: step {result.step}, checkpoints and summaries in {config.model_dir}", file=sys.stderr)
+    return 0
+
+
+def _dry_run(dry, config) -> int:
+    left = config.train_steps - dry.start_step
+    params = costs.param_count(config.model)
+    saves = -(-left // config.save_steps) if config.save_steps else 1
+    print(f"dry run: the first step {dry.first_step_seconds:.1f} s after start (start-up, tracing, compiling), then "
+          f"{dry.step_seconds:.3g} s per step (mean of {dry.timed_steps}), {dry.cost.tokens / dry.step_seconds:,.0f} "
+          f"tok/s, {dry.cost.flops / dry.step_seconds / 1e12:.3g} TFLOP/s")
+    print(f"projected: {left:,} steps (from step {dry.start_step} to --train_steps={config.train_steps}) in "
+          f"{costs.duration(dry.projected_seconds)} ({dry.projected_seconds:,.0f} s), {left * dry.cost.tokens:,} tokens; "
+          f"not counted: {saves} checkpoint(s) of {costs.gb(12 * params)}")
+    print(f"dry run: nothing written to {config.model_dir}")
     return 0
 
 

@@ -205,6 +205,8 @@ class TrainConfig:
     max_loss: Optional[float] = None  # a step's loss above it stops the run as diverging (None: only non-finite)
     gradient_accumulation_steps: int = 1  # K: each replica's rows in K micro-batches, one update (Trainer)
     recompute: bool = False  # each layer's activations recomputed in the backward pass
+    device_memory: Optional[int] = None  # bytes of a replica's device to plan for (None: a GPU's own; 0: no check)
+    peak_tflops: Optional[float] = None  # one device's dense peak, for the MFU (None: PEAK_TFLOPS by its name)
 
     def __post_init__(self):
         def need(ok, message):

@@ -12,6 +12,7 @@ from tensorflow.core.framework import summary_pb2
 from xlnet_data.common.errors import UserError
 from xlnet_data.pretrain import checkpoints
 from xlnet_data.pretrain.config import TrainConfig
+from xlnet_data.pretrain.costs import StepCost, duration
 
 log = logging.getLogger("xlnet_data")
 
@@ -45,13 +46,20 @@ _SCALAR_METADATA = summary_pb2.SummaryMetadata(
     plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")).SerializeToString()
 
 
-def report(step: int, losses: list[float], gnorm, lr, tokens: int, seconds: float, writer) -> None:
-    """Logs the window of steps that ended at `step`, and writes it as TensorBoard scalars."""
+def report(step: int, losses: list[float], gnorm, lr, seconds: float, cost: StepCost, steps_left: int,
+           writer) -> None:
+    """Logs the window of steps that ended at `step`, and writes it as TensorBoard scalars: the original's
+    fields, then what the steps cost (sequences/s, model TFLOP/s, the MFU where the device's peak is known, the
+    time to train_steps at this window's pace)."""
     loss = sum(losses) / len(losses)
     scalars = {"loss": loss, "perplexity": math.exp(min(loss, 700)), "bits_per_token": loss / math.log(2),
-               "gnorm": float(gnorm), "learning_rate": float(lr), "tokens_per_second": tokens / seconds}
-    log.info("step %d | loss %.4f | pplx %.2f | bpt %.4f | gnorm %.3f | lr %.3e | %.0f tok/s", step,
-             *scalars.values())
+               "gnorm": float(gnorm), "learning_rate": float(lr),
+               "tokens_per_second": len(losses) * cost.tokens / seconds}
+    rates = cost.rates(len(losses), seconds, steps_left)
+    mfu = f" | MFU {100 * rates['mfu']:.1f}%" if "mfu" in rates else ""
+    log.info("step %d | loss %.4f | pplx %.2f | bpt %.4f | gnorm %.3f | lr %.3e | %.0f tok/s | %.2f seq/s | "
+             "%.3g TFLOP/s%s | %s left", step, *scalars.values(), rates["sequences_per_second"],
+             rates["model_tflops_per_second"], mfu, duration(rates["seconds_left"]))
     with writer.as_default(step=step):
-        for key, value in scalars.items():  # tf.summary.scalar, without needing the tensorboard package
+        for key, value in {**scalars, **rates}.items():  # tf.summary.scalar, without needing the tensorboard package
             tf.summary.write(key, tf.constant(value, tf.float32), metadata=_SCALAR_METADATA)

@@ -7,8 +7,10 @@
     sources.py       records -> per-replica batches; which source each step reads when several are mixed
     resume.py        checkpoints (+ the run state for an exact resume), resume, xlnet_config/run_config.json
     reporting.py     the log lines, TensorBoard scalars and the loss guard
+    planning.py      the plan (costs.py: parameters, FLOPs, memory) on the run's devices; a run that cannot fit
     train            the loop: steps, logs, TensorBoard summaries, checkpoints; on SIGTERM/SIGINT
                      a checkpoint at the current step, and the run ends (a re-run resumes exactly)
+    dry_run          the plan, a few timed steps, the projected wall time to train_steps; writes nothing
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_data.common import stopping
+from xlnet_data.pretrain import checkpoints, planning
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import TrainConfig
+from xlnet_data.pretrain.costs import StepCost
 from xlnet_data.pretrain.distribution import (
     batch_iterator,
     check_workers_start_alike,
@@ -92,6 +96,51 @@ def open_sources(cfg: TrainConfig, trainer: Trainer, step: int, permutation: Opt
     return sources, schedule, probs
 
 
+@dataclasses.dataclass
+class DryRun:
+    cost: StepCost
+    start_step: int  # model_dir's latest checkpoint's step (0 without one)
+    first_step_seconds: float  # from `started` to the end of the first step: start-up, tracing, compiling
+    timed_steps: int
+    step_seconds: float  # the mean of the timed steps after it
+    projected_seconds: float  # of a run from start_step to train_steps, checkpoints not counted
+
+
+def dry_run(cfg: TrainConfig, steps: int = 5, started: Optional[float] = None, seconds: float = 20.0) -> DryRun:
+    """The plan (planning.announce: refused if it cannot fit), then 1 + `steps` steps (more while they have taken
+    under `seconds`, up to 50 x `steps`) of the run on its records
+    (from fresh weights: the time of a step does not depend on them), and the wall time projected for the steps
+    from model_dir's latest checkpoint to cfg.train_steps: the start-up and first step as measured (from
+    `started`, default now), every other step at the mean of the timed ones. Writes nothing: no model_dir,
+    checkpoint or summary."""
+    started = time.time() if started is None else started
+    with sum_in_graph_order(), tensor_float_32(cfg.tf32):
+        check_records(cfg)
+        strategy = make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
+        cost = planning.announce(cfg, strategy)
+        trainer = Trainer(cfg, strategy)
+        latest = checkpoints.latest(cfg.model_dir) if os.path.isdir(cfg.model_dir) else None
+        start = int(tf.train.load_checkpoint(latest).get_tensor("global_step")) if latest else 0
+        sources, schedule, _ = open_sources(cfg, trainer, min(start, cfg.train_steps), None, ResumedState())
+
+        def one_step(i):
+            source = sources[schedule[(start + i) % len(schedule)]]
+            loss, _, _, source.mems = trainer.train_step(next(source.batches), source.mems)
+            return loss
+
+        float(one_step(0))
+        first = time.time() - started
+        tic, timed = time.time(), 0
+        # Fast steps for `seconds`: a few of them would weigh the input pipeline's warm-up (and a busy machine's
+        # hiccups) far more than a long run does.
+        while timed < steps or (time.time() - tic < seconds and timed < 50 * steps):
+            timed += 1
+            float(one_step(timed))
+    step_seconds = (time.time() - tic) / timed
+    left = max(cfg.train_steps - start, 0)
+    return DryRun(cost, start, first, timed, step_seconds, first + (left - 1) * step_seconds if left else 0.0)
+
+
 def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None,
           permutation: Optional[PermutationFn] = None, stop_after: Optional[int] = None) -> TrainResult:
     """Trains until global step cfg.train_steps (resuming from model_dir when it has a checkpoint).
@@ -113,6 +162,7 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.di
     check_records(cfg)
     strategy = strategy or make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
     chief = strategy.extended.should_checkpoint  # multi-worker: only the chief writes
+    cost = planning.announce(cfg, strategy)  # a run that cannot fit stops here, before the model is built
     check_model_dir(cfg, chief)
     trainer = Trainer(cfg, strategy)
     step, resumed = resume_or_initialise(cfg, trainer)
@@ -165,8 +215,7 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.di
         window.append(loss)  # a tensor: read at the next report, so the device need not wait
         if step % cfg.iterations == 0 or step == cfg.train_steps:
             check_window()
-            report(step, window, gnorm, lr, len(window) * cfg.data.bsz_per_host * cfg.data.seq_len,
-                   time.time() - tic, writer)
+            report(step, window, gnorm, lr, time.time() - tic, cost, cfg.train_steps - step, writer)
             if len(sources) > 1:
                 log.info("%s", mixture_line([source.steps for source in sources], probs, cfg.sources))
             losses.extend(window)
