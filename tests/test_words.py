@@ -71,21 +71,10 @@ def model(corpus):
     return tokenizer.train_sentencepiece(config)
 
 
-def boundary_f1(cut, lines):
-    """F1 of the word starts of `cut` (a segmenter) against the hand-cut `lines`."""
-    def starts(line_words):
-        return set(np.cumsum([0] + [len(w) for w in line_words if w.strip()])[:-1].tolist())
-    hits = found = wanted = 0
-    for line in lines:
-        got, want = starts(cut("".join(line))), starts(line)
-        hits, found, wanted = hits + len(got & want), found + len(got), wanted + len(want)
-    return 2 * hits / (found + wanted)
-
-
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_each_segmenter_agrees_with_the_hand_cut_words(language):
     # Measured: rjieba 0.95, MeCab (unidic-lite) 0.99, nlpo3 0.95 (benchmarks/bench_words.py prints them).
-    assert boundary_f1(words.load_segmenter(language), reference(language)) > 0.93
+    assert words.boundary_f1(words.load_segmenter(language), reference(language)) > 0.93
 
 
 def segmenter_starts(sp, language, line):
@@ -163,10 +152,10 @@ def test_whole_word_spans_follow_the_segmenters_words(model, corpus, language):
           f"word: piece {piece['cut_share']:.2f}, word {word['cut_share']:.2f}; words a span {np.round(share, 2)}")
 
 
-def create(corpus, model, tmp_path, language, name, **changes):
+def create(corpus, model, tmp_path, language, name, beam_args=None, **changes):
     config = CreateConfig(input_glob=str(corpus / language / "*.txt"), sp_path=model, save_dir=str(tmp_path / name),
                           **{**SETTINGS, **changes})
-    create_records(config.validate(), num_workers=1)
+    create_records(config.validate(), num_workers=1, beam_args=beam_args)
     return tmp_path / name
 
 
@@ -183,9 +172,15 @@ def test_english_text_gives_the_same_records_with_and_without_the_flag(corpus, m
     assert "word_boundaries" not in json.loads((plain / "corpus_info.json").read_text())
 
 
-def test_records_and_cache_give_the_same_examples_and_the_flag_changes_them(corpus, model, tmp_path, capsys):
+def test_records_cache_and_beam_give_the_same_examples_and_the_flag_changes_them(corpus, model, tmp_path):
+    from test_beam import IN_PROCESS_RUNNER, needs_beam
+
     from xlnet_data.dataformat.examples.generated import find_cache_units, unit_payloads
     flagged = create(corpus, model, tmp_path, "zh", "records", word_boundaries="zh")
+    if not needs_beam.args[0]:  # Beam installed: its workers segment too
+        beam = create(corpus, model, tmp_path, "zh", "beam", beam_args=[f"--runner={IN_PROCESS_RUNNER}"],
+                      word_boundaries="zh")
+        assert record_bytes(beam) == record_bytes(flagged)
     cached = create(corpus, model, tmp_path, "zh", "cache", word_boundaries="zh", write_records=False)
     plain = create(corpus, model, tmp_path, "zh", "plain")
     (unit,) = find_cache_units(str(cached))

@@ -71,6 +71,18 @@ def load_segmenter(language: str) -> Callable[[str], list]:
     raise ValueError(f"no segmenter for {language!r}")
 
 
+def boundary_f1(segment: Callable[[str], list], lines) -> float:
+    """How well a segmenter agrees with hand-cut text (`lines`: lists of words): the F1 of its word starts (the
+    measure by which the segmenters were chosen; tests and benchmarks/bench_words.py)."""
+    def starts(line_words):
+        return set(np.cumsum([0] + [len(w) for w in line_words if w.strip()])[:-1].tolist())
+    hits = found = wanted = 0
+    for line in lines:
+        got, want = starts(segment("".join(line))), starts(line)
+        hits, found, wanted = hits + len(got & want), found + len(got), wanted + len(want)
+    return 2 * hits / (found + wanted)
+
+
 def _in_scripts(chars: str, ranges) -> np.ndarray:
     code_points = np.frombuffer(chars.encode("utf-32-le"), dtype=np.uint32)
     found = np.zeros(code_points.size, dtype=bool)
