@@ -218,3 +218,55 @@ def test_the_compiled_loop_releases_the_gil():
     """The input pipeline runs it in a tf.data thread beside the training step: compiled with numba's nogil."""
     from xlnet_data.dataformat.examples import loop
     assert loop._write_steps.targetoptions.get("nogil") is True
+
+
+def rewrite_as_format_1(save_dir):
+    """The save_dir's token cache rewritten as create wrote it before format 2 (each file's ids int32, then its
+    flags packed; no checksums), the record_infos' cache size updated as that create counted them."""
+    from xlnet_data.dataformat import token_cache
+    (index_path,) = Path(save_dir, "token_cache").glob("*.json")
+    written = json.loads(index_path.read_text())
+    index = token_cache.read_index(save_dir, written["task"], written["key"])
+    shards, parts, offset = [], [], 0
+    for i, shard in enumerate(index.shards):
+        ids, flags, _ = token_cache.read_stream(save_dir, index, [i])  # one file: its flags as stored
+        ids, flags = ids[:shard["tokens"]], flags[:shard["tokens"]]
+        parts += [ids.astype("<i4").tobytes(), np.packbits(flags).tobytes()]
+        kept = {key: value for key, value in shard.items() if not key.startswith(("ids_", "flags_", "starts_"))}
+        shards.append({**kept, "ids_offset": offset, "flags_offset": offset + 4 * ids.size})
+        offset += 4 * ids.size + (ids.size + 7) // 8
+    index_path.with_suffix(".bin").write_bytes(b"".join(parts))
+    index_path.write_text(json.dumps({"format": 1, "task": index.task, "key": index.key, "files": written["files"],
+                                      "skipped_files": index.skipped_files, "shards": shards}))
+    for info_path in Path(save_dir, "tfrecords").glob("record_info-*.json"):
+        info = json.loads(info_path.read_text())
+        info["token_cache"]["bytes"] = offset
+        info_path.write_text(json.dumps(info))
+    return offset
+
+
+@needs_shared
+def test_a_format_1_cache_is_read_and_a_newer_one_refused_in_one_line(cache_dirs, tmp_path):
+    source, _ = cache_dirs["g6_num_passes"]
+    want = [list(generated.unit_payloads(unit)) for unit in generated.find_cache_units(source)]
+    old = tmp_path / "old"
+    shutil.copytree(source, old)
+    tokens = generated.find_cache_units(source)[0].reference["tokens"]  # one task, three passes
+    assert rewrite_as_format_1(old) >= 4.125 * tokens  # ids int32, flags a bit each
+    assert [list(generated.unit_payloads(unit)) for unit in generated.find_cache_units(str(old))] == want
+
+    (index_path,) = Path(old, "token_cache").glob("*.json")
+    index_path.write_text(json.dumps({**json.loads(index_path.read_text()), "format": 3}))
+    with pytest.raises(TokenCacheError, match=r"token cache format 3 is newer than this xlnet-data reads \(2\); "
+                                              "upgrade xlnet-data"):
+        generated.check_cache(generated.find_cache_units(str(old))[0])
+
+
+@needs_shared
+def test_the_cache_takes_at_most_2_2_bytes_a_token_ids_flags_and_index(cache_dirs):
+    for case in ("g1_blog", "g5_seq512"):  # text and XLNet's model (32,000 pieces), 27k and 30k tokens
+        save_dir, _ = cache_dirs[case]
+        for index_path in Path(save_dir, "token_cache").glob("*.json"):
+            tokens = sum(shard["tokens"] for shard in json.loads(index_path.read_text())["shards"])
+            size = index_path.stat().st_size + index_path.with_suffix(".bin").stat().st_size
+            assert size / tokens <= 2.2, (case, size / tokens)

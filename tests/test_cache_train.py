@@ -4,6 +4,7 @@ the same flags, bit for bit on CPU: straight, resumed mid-pass, on two replicas,
 import dataclasses
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -181,3 +182,31 @@ def test_train_gpu_logs_the_records_losses_from_the_cache_and_a_missing_cache_is
                         "--train_steps=1", *TINY_SHAPE)
     assert result.returncode == 2 and result.stderr.startswith("train: error: "), result.stderr[-3000:]
     assert len(result.stderr.strip().splitlines()) == 1 and "is missing; re-run create" in result.stderr  # before TF
+
+
+def damage(save_dir, tmp_path, name):
+    """A copy of the cache-backed save_dir with 800 ids of its token cache overwritten in place: the same size."""
+    import shutil
+    copy = tmp_path / name
+    shutil.copytree(save_dir, copy)
+    (path,) = (copy / "token_cache").glob("*.bin")
+    data = bytearray(path.read_bytes())
+    data[200:1800] = np.random.default_rng(0).integers(9, 200, 1600, dtype=np.uint8).tobytes()  # 800 uint16 ids
+    path.write_bytes(bytes(data))
+    return copy, path
+
+
+def test_a_cache_damaged_at_the_same_size_is_refused_by_train_gpu_and_dump(both, tmp_path):
+    """As a damaged records file is by its CRCs: one line naming the file and the chunk, exit 2."""
+    from conftest import run_module
+    from test_train import TINY_SHAPE
+    broken, cache_file = damage(both[1], tmp_path, "damaged")
+    want = rf"{cache_file}: chunk 0 of the ids of .*emma.txt \(tokens 0\.\.\d+\) fails its CRC-32C check"
+    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={broken}", f"--model_dir={tmp_path / 'm'}",
+                        "--train_steps=3", *TINY_SHAPE)
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("train: error: ") and re.search(want, last), result.stderr[-3000:]
+    result = run_module("xlnet_data.dump", broken, "--pass_id=0")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-3000:]
+    assert result.stderr.startswith("dump: error: ") and re.search(want, result.stderr), result.stderr

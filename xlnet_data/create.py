@@ -12,6 +12,7 @@ from absl import flags
 
 from xlnet_data import cli
 from xlnet_data.common import memory
+from xlnet_data.dataformat.words import WORD_BOUNDARIES
 from xlnet_data.datagen import beam_runner
 from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, CreateConfig
 from xlnet_data.datagen.job import create_records
@@ -44,6 +45,12 @@ def define_flags():
     flags.DEFINE_enum("span_unit", defaults.span_unit, list(SPAN_UNITS),
                       "piece: spans of n pieces from a word start, as the original (may cut words); "
                       "word: spans of n whole words, as the paper describes.")
+    flags.DEFINE_enum("word_boundaries", defaults.word_boundaries, list(WORD_BOUNDARIES),
+                      "Where a masked span can start. spaces: the original's rule (a piece starting with '▁', a "
+                      "special token or punctuation), which knows only space-separated scripts; zh, ja, th: also "
+                      "at the words a segmenter finds in Chinese (rjieba), Japanese (MeCab: fugashi, unidic-lite) "
+                      "or Thai (nlpo3) text (pip install 'xlnet-data[words]'); text in other scripts keeps the "
+                      "original's rule. --span_unit=piece and word both follow it.")
     flags.DEFINE_bool("strict", False, "Stop on a line that is not valid UTF-8 instead of replacing its bad bytes.")
     flags.DEFINE_bool("allow_binary", False,
                       "Read input files that look binary (a NUL byte, or mostly invalid UTF-8) as text instead of "
@@ -57,7 +64,7 @@ def define_flags():
                       "completes; by default it is deleted then. A run stopped early always keeps it for the re-run.")
     flags.DEFINE_bool("write_records", True,
                       "Write each (task, pass) unit's tfrecords. --nowrite_records keeps save_dir/token_cache instead "
-                      "(about 4.1 bytes a token, once, against ~24 bytes a token per pass of records), and each unit's "
+                      "(about 2.1 bytes a token, once, against ~24 bytes a token per pass of records), and each unit's "
                       "record_info (num_batch included) names it: train_gpu and dump make the very same records from "
                       "it as they read them.")
     flags.DEFINE_enum("runner", "local", ["local", "beam"],

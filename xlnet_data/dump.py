@@ -48,7 +48,8 @@ from xlnet_data.dataformat.inspection import (
     format_example,
 )
 from xlnet_data.dataformat.selection import InspectionError, Selection, SelectionConfig, select
-from xlnet_data.dataformat.stats import UnkCounter, compute_stats, format_stats, plot_stats
+from xlnet_data.dataformat.stats import UnkCounter, WordCounter, compute_stats, format_stats, plot_stats, table_starts
+from xlnet_data.dataformat.words import WordStarts
 
 # =====================================================================================
 # The command line (absl flags live only here).
@@ -146,15 +147,24 @@ def main(argv):
 
 def _show_stats(config: DumpConfig, chosen: Selection, out, err) -> int:
     """The statistics table (or JSON object), and the --plot; returns the count of records failing the checks."""
-    table = _vocab.start_piece_table(chosen.sp) if chosen.sp is not None else None
-    unk = UnkCounter()
+    info = chosen.settings.corpus_info
+    boundaries = info.value("word_boundaries") if info else "spaces"
+    starts_of = None
+    if chosen.sp is not None:  # words as create found them: a segmenter's (--word_boundaries), else the original's
+        starts_of = (table_starts(_vocab.start_piece_table(chosen.sp)) if boundaries == "spaces"
+                     else WordStarts.of(chosen.sp, boundaries))
+    unk, words = UnkCounter(), WordCounter(starts_of)
 
     def counted(stream):
         for _, path, _, decoded in stream:
             unk.add(path, decoded.input)
+            if starts_of is not None:
+                words.add(path, decoded)
             yield decoded
-    stats = compute_stats(counted(chosen.decoded(with_sp=False)), start_table=table,
+    stats = compute_stats(counted(chosen.decoded(with_sp=False)), starts_of=starts_of,
                           bsz_per_host=chosen.settings.values.get("bsz_per_host"))
+    stats["word_boundaries"] = boundaries
+    stats["words_per_file"] = words.per_file
     stats["files"] = chosen.files
     stats["settings"] = chosen.settings.values
     stats["keep_accents"] = chosen.keep_accents

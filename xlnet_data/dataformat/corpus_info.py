@@ -1,7 +1,8 @@
 """corpus_info.json: the settings a save_dir's records were made with, its schema and its format version.
 
 The original's data_utils.py writes thirteen keys (vocab_size ... input_glob, in CorpusInfo's field order);
-create adds keep_accents and format_version after them, and input_counts (its per-file counts) last.
+create adds keep_accents, word_boundaries (where it is not `spaces`) and format_version after them, and
+input_counts (its per-file counts) last.
 
     format_version absent   the original's (and an older create's): read as version 0, a missing key meaning
                             what ABSENT_MEANS says (the original always removed accents)
@@ -23,7 +24,7 @@ FORMAT_VERSION = 1
 VERSION_KEY = "format_version"
 # What a corpus_info.json (or a record_info's create_settings) without the key means: written before the key
 # existed, or by the original, whose text step always removed accents.
-ABSENT_MEANS = {"keep_accents": False}
+ABSENT_MEANS = {"keep_accents": False, "word_boundaries": "spaces"}
 
 
 class NewerFormatError(SaveDirError):
@@ -56,6 +57,7 @@ class CorpusInfo:
     input_glob: Optional[str] = None
     # Ours.
     keep_accents: Optional[bool] = None
+    word_boundaries: Optional[str] = None  # where spans can start (create --word_boundaries; absent: spaces)
     format_version: int = FORMAT_VERSION
     # Keys written by a later step (create's input_counts), kept as they are.
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -68,7 +70,8 @@ class CorpusInfo:
                    seq_len=config.seq_len, reuse_len=config.reuse_len, uncased=config.uncased,
                    bi_data=config.bi_data, mask_alpha=config.mask_alpha, mask_beta=config.mask_beta,
                    num_predict=config.num_predict, use_eod=config.use_eod, sp_path=config.sp_path,
-                   input_glob=config.input_glob, keep_accents=config.keep_accents)
+                   input_glob=config.input_glob, keep_accents=config.keep_accents,
+                   word_boundaries=None if config.word_boundaries == "spaces" else config.word_boundaries)
 
     @classmethod
     def from_dict(cls, info: Mapping[str, Any], path: str) -> "CorpusInfo":

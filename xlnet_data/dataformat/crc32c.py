@@ -119,3 +119,9 @@ def crc_matches(chunk, end):
     """Whether chunk[end:end + 4] holds the TFRecord checksum (masked CRC32C) of chunk[:end]."""
     stored = int.from_bytes(chunk[end:end + 4], "little")
     return stored == int(masked_crc32c(np.frombuffer(chunk, dtype=np.uint8), 0, end))
+
+
+@compiled.jit()
+def crc32c(buf):
+    """Plain CRC-32C of a uint8 array (the token cache's chunk checksums)."""
+    return _crc32c(buf, 0, buf.shape[0])

@@ -8,23 +8,40 @@ from xlnet_data.dataformat.inspection import masked_runs
 from xlnet_data.dataformat.vocab import EOD_ID, EOP_ID, UNK_ID
 
 
-class _SpanCounts:
-    """Masked spans counted in pieces and, with a word-start table, in words (see compute_stats)."""
+def table_starts(start_table):
+    """starts_of for a word-start table over ids (vocab.start_piece_table): the original's rule."""
+    return lambda ids: start_table[np.clip(ids, 0, len(start_table) - 1)]
 
-    def __init__(self, start_table):
-        self.start_table = start_table
+
+def _halves(ex):
+    """An example's two mask halves (memory; A <sep> B <sep> <cls>) as (ids, mask) in reading order: flipped for
+    backward rows, as the original's sampler saw them."""
+    x, mask = ex.input, ex.is_masked
+    direction = -1 if ex.reverse else 1
+    for low, high in ((0, ex.reuse_len), (ex.reuse_len, len(x))):
+        yield x[low:high][::direction], mask[low:high][::direction]
+
+
+class _SpanCounts:
+    """Masked spans counted in pieces and, with `starts_of` (ids in reading order -> a bool each: starts a word),
+    in words (see compute_stats); and the share of text pieces that can start a span."""
+
+    def __init__(self, starts_of):
+        self.starts_of = starts_of
         self.pieces, self.words = {}, {}
         self.total = self.cut = self.at_start = 0
+        self.text_pieces = self.start_pieces = 0
 
     def add(self, ids, mask):
         """The spans of one mask half (`ids`, `mask` in reading order)."""
         runs = masked_runs(mask)
         self.total += len(runs)
-        if not runs:
-            return
         starts = None
-        if self.start_table is not None:
-            starts = self.start_table[np.clip(ids, 0, len(self.start_table) - 1)]
+        if self.starts_of is not None:
+            starts = self.starts_of(ids)
+            text = (ids > EOP_ID) | (ids == UNK_ID)
+            self.text_pieces += int(np.count_nonzero(text))
+            self.start_pieces += int(np.count_nonzero(starts & text))
             cum = np.concatenate(([0], np.cumsum(starts)))
         for b, e in runs:
             self.pieces[e - b] = self.pieces.get(e - b, 0) + 1
@@ -37,8 +54,10 @@ class _SpanCounts:
                     self.cut += 1
 
     def stats(self, count):
-        have_words = self.start_table is not None
+        have_words = self.starts_of is not None
         return {
+            "piece_start_share": (self.start_pieces / self.text_pieces if self.text_pieces else 0.0) if have_words
+            else None,
             "spans": self.total,
             "spans_per_example": (self.total / count) if count else None,
             "span_pieces": dict(sorted(self.pieces.items())),
@@ -56,11 +75,12 @@ def _summary(values):
     return {"min": int(arr.min()), "mean": float(arr.mean()), "max": int(arr.max())}
 
 
-def compute_stats(examples, start_table=None, bsz_per_host=None):
+def compute_stats(examples, start_table=None, bsz_per_host=None, starts_of=None):
     """Statistics over decoded examples (decode_example's, decoded without sp).
 
-    `start_table`: bool array over ids, True where the piece starts a word
-    (vocab.start_piece_table); without it the word-level numbers are None.
+    Word starts: `starts_of` (ids in reading order -> bool each, e.g. a words.WordStarts), or `start_table`,
+    a bool array over ids, True where the piece starts a word (vocab.start_piece_table); without either the
+    word-level numbers are None. piece_start_share is the share of text pieces that can start a span.
     Spans are maximal runs of masked positions within each mask half (memory;
     A <sep> B <sep> <cls>), taken in reading order — flipped for backward rows, as the
     original's sampler saw them. A span's length in words = the word starts inside it,
@@ -71,7 +91,7 @@ def compute_stats(examples, start_table=None, bsz_per_host=None):
     labels = {0: 0, 1: 0}
     len_a, len_b = [], []
     masked, masked_mem, masked_ab = [], [], []
-    spans = _SpanCounts(start_table)
+    spans = _SpanCounts(starts_of or (table_starts(start_table) if start_table is not None else None))
     eod = eop = eod_masked = eop_masked = 0
     bad_records = bad_positions = layout_bad = checked_positions = 0
     backward = 0
@@ -97,9 +117,8 @@ def compute_stats(examples, start_table=None, bsz_per_host=None):
         eop += int(np.count_nonzero(x == EOP_ID))
         eod_masked += int(np.count_nonzero((x == EOD_ID) & mask))
         eop_masked += int(np.count_nonzero((x == EOP_ID) & mask))
-        for low, high in ((0, ex.reuse_len), (ex.reuse_len, len(x))):
-            direction = -1 if ex.reverse else 1
-            spans.add(x[low:high][::direction], mask[low:high][::direction])
+        for half in _halves(ex):
+            spans.add(*half)
     return {
         "count": count,
         "bsz_per_host": bsz_per_host,
@@ -127,6 +146,26 @@ class UnkCounter:
         unk = int(np.count_nonzero(input_ids == UNK_ID))
         counts["unk"] += unk
         counts["pieces"] += unk + int(np.count_nonzero(input_ids > EOP_ID))
+
+
+class WordCounter:
+    """Per records file: the share of text pieces that can start a span and the share of masked spans that cut a
+    word, by `starts_of`'s reckoning (a segmenter's words with create --word_boundaries, else the original's)."""
+
+    def __init__(self, starts_of):
+        self.starts_of = starts_of
+        self.counts = {}  # path -> _SpanCounts
+
+    def add(self, path, ex):
+        counts = self.counts.setdefault(path, _SpanCounts(self.starts_of))
+        for half in _halves(ex):
+            counts.add(*half)
+
+    @property
+    def per_file(self):
+        return {path: {key: value for key, value in counts.stats(0).items()
+                       if key in ("piece_start_share", "spans", "spans_cutting_words", "cut_share")}
+                for path, counts in self.counts.items()}
 
 
 def format_stats(stats):
@@ -163,6 +202,12 @@ def format_stats(stats):
     if stats["cut_share"] is not None:
         add("spans cutting a word", f"{stats['spans_cutting_words']}  ({100 * stats['cut_share']:.1f}%)")
         add("spans starting a word", f"{100 * stats['start_share']:.1f}%")
+        add("pieces that can start a span", f"{100 * stats['piece_start_share']:.1f}%")
+    if stats.get("word_boundaries"):
+        add("word boundaries", stats["word_boundaries"])
+    for path, counts in stats.get("words_per_file", {}).items():
+        add("  in a file", f"{100 * counts['piece_start_share']:.1f}% of pieces can start a span, "
+            f"{100 * counts['cut_share']:.1f}% of {counts['spans']} spans cut a word  {path}")
     add("<eod> in input", f"{stats['eod']}  (masked {stats['eod_masked']})")
     add("<eop> in input", f"{stats['eop']}  (masked {stats['eop_masked']})")
     add("target positions checked", f"{stats['target_positions_checked']}")

@@ -3,10 +3,20 @@ cache-backed save_dir) read it back; its file names are save_dir.py's.
 
 A cache is two files in save_dir/token_cache:
 
-- `tokens-{task}.{key}.bin`: file after file, its ids (int32, little-endian) then its sentence flags
-  packed eight to a byte (np.packbits, the last byte zero-padded): about 4.1 bytes a token;
-- `tokens-{task}.{key}.json`: the index (each file's offsets, token and line counts), written last, so
-  that its presence means the cache is complete.
+- `tokens-{task}.{key}.bin`: file after file, its ids, then its sentence flags packed eight to a byte
+  (np.packbits, the last byte zero-padded), then its word-start bits packed alike where create found the words
+  with a segmenter (--word_boundaries; dataformat/words.py);
+- `tokens-{task}.{key}.json`: the index (each file's offsets, checksums, token and line counts), written last,
+  so that its presence means the cache is complete.
+
+The index's `format` says how to read the file:
+
+    1 (or absent)   ids int32, no checksums: 4.125 bytes a token (an older create's; still read)
+    2               ids uint16 where the vocabulary fits (at most 65,536 pieces; else int32), word-start bits where
+                    recorded, and a CRC-32C of every chunk of `chunk_tokens` tokens of each region, checked as the
+                    stream is read back (a cache damaged at the same size is refused, naming the chunk): about
+                    2.13 bytes a token, 2.25 with word starts
+    newer           refused in one line
 
 `key` hashes everything the ids depend on (datagen/encode.py makes it), so a stale cache is never read.
 A unit reads its task's stream back with the files in its own seeded order (examples/loop.py).
@@ -18,17 +28,24 @@ from typing import Optional
 
 import numpy as np
 
-from xlnet_data.common import fileio
+from xlnet_data.common import fileio, memory
 from xlnet_data.common.errors import UserError
+from xlnet_data.dataformat.crc32c import crc32c
 from xlnet_data.dataformat.provenance import sha256_of
 from xlnet_data.dataformat.save_dir import token_cache_paths
 
-CACHE_FORMAT = 1
-FLAG_PIECE_TOKENS = 1 << 20  # flags unpacked this many at a time when a stream is read back (1 MB of scratch)
+CACHE_FORMAT = 2
+CHUNK_TOKENS = 1 << 20  # tokens of a region checksummed (and read back) at a time: 2 MB of ids, 128 KB of bits
+REGIONS = ("ids", "flags", "starts")  # a shard's parts in the file, in order (starts: word starts, if recorded)
 
 
 class TokenCacheError(UserError, ValueError):
     """A token cache that is missing or does not hold what its index says; the message says what to do."""
+
+
+def id_dtype(vocab_size: int) -> str:
+    """The cache's id type for a vocabulary: two bytes where every id fits."""
+    return "<u2" if vocab_size <= 1 << 16 else "<i4"
 
 
 @dataclasses.dataclass
@@ -37,8 +54,12 @@ class CacheIndex:
     task: int
     key: str
     shards: list[dict]  # {"path", "tokens", "lines", "invalid_utf8_lines", "chars", "unk", "marks", "arabic_marks",
-    #                      "ids_offset", "flags_offset"}: see units.input_counts
+    #                      and per region "{region}_offset" and (format 2) "{region}_crc32c"}: see units.input_counts
     skipped_files: int  # files without any token
+    format: int = CACHE_FORMAT
+    ids: str = "<i4"  # the ids' numpy type in the file
+    chunk_tokens: int = CHUNK_TOKENS
+    word_starts: bool = False  # whether each shard has its word-start bits
 
     @property
     def tokens(self):
@@ -46,12 +67,64 @@ class CacheIndex:
 
 
 def read_index(save_dir: str, task: int, key: str) -> Optional[CacheIndex]:
-    """The index of the task's complete cache under `key`, or None when there is none."""
+    """The index of the task's complete cache under `key`, or None when there is none; TokenCacheError for a
+    cache of a newer format."""
     _, index_path = token_cache_paths(save_dir, task, key)
     if not fileio.exists(index_path):
         return None
     index = json.loads(fileio.read_text(index_path))
-    return CacheIndex(index["task"], index["key"], index["shards"], index["skipped_files"])
+    version = index.get("format", 1)
+    if version > CACHE_FORMAT:
+        raise TokenCacheError(f"{index_path}: token cache format {version} is newer than this xlnet-data reads "
+                              f"({CACHE_FORMAT}); upgrade xlnet-data, or delete the token_cache folder and run create "
+                              "again")
+    return CacheIndex(index["task"], index["key"], index["shards"], index["skipped_files"], version,
+                      index.get("ids", "<i4"), index.get("chunk_tokens", CHUNK_TOKENS),
+                      index.get("word_starts", False))
+
+
+def index_json(index: CacheIndex, files) -> dict:
+    """The index file's object (`files`: the task's input files, those without tokens included)."""
+    return {"format": index.format, "task": index.task, "key": index.key, "files": list(files),
+            "skipped_files": index.skipped_files, "ids": index.ids, "chunk_tokens": index.chunk_tokens,
+            "word_starts": index.word_starts, "shards": index.shards}
+
+
+def _rechunked(chunks, size):
+    """The arrays of the list `chunks` concatenated and cut into arrays of `size` elements (the last shorter),
+    each taken out of the list as it is used and counted freed (memory.freed), so that a file is never held twice."""
+    rest = None
+    while chunks:
+        chunk = chunks.pop(0)
+        nbytes = chunk.nbytes
+        data = chunk if rest is None else np.concatenate([rest, chunk])
+        del chunk
+        whole = data.size - data.size % size
+        for begin in range(0, whole, size):
+            yield data[begin:begin + size]
+        rest = data[whole:].copy() if whole < data.size else None
+        del data
+        memory.freed(nbytes)
+    if rest is not None:
+        yield rest
+
+
+def write_shard(out, offset: int, regions: dict, ids: str, chunk_tokens: int = CHUNK_TOKENS):
+    """Writes one file's regions ({"ids": int arrays, "flags": bool arrays[, "starts": bool arrays]}, lists
+    emptied as written) at `offset` of the cache file `out`; returns (the index entry's offsets and checksums,
+    the offset after them)."""
+    entry = {}
+    for name in REGIONS:
+        if name not in regions:
+            continue
+        entry[f"{name}_offset"], crcs = offset, []
+        for piece in _rechunked(regions[name], chunk_tokens):
+            data = piece.astype(ids, copy=False) if name == "ids" else np.packbits(piece)
+            fileio.write_array(out, data)
+            crcs.append(int(crc32c(data.view(np.uint8))))
+            offset += data.nbytes
+        entry[f"{name}_crc32c"] = crcs
+    return entry, offset
 
 
 def put_flags(out, flag_pieces, prev_last):
@@ -85,30 +158,55 @@ def _read_exactly(f, offset, out, what):
                               "and run again")
 
 
+def _read_region(f, index: CacheIndex, shard: dict, name: str, data_path: str):
+    """Yields a shard's region (REGIONS) a chunk at a time, as (first token, ids in the file's type or bools),
+    each chunk checked against its CRC-32C where the index has them (format 2)."""
+    tokens, step, crcs = shard["tokens"], index.chunk_tokens, shard.get(f"{name}_crc32c")
+    dtype = np.dtype(index.ids if name == "ids" else np.uint8)
+    for k, begin in enumerate(range(0, tokens, step)):
+        count = min(step, tokens - begin)
+        buf = np.empty(count if name == "ids" else (count + 7) // 8, dtype=dtype)
+        _read_exactly(f, shard[f"{name}_offset"] + (begin * dtype.itemsize if name == "ids" else begin // 8), buf,
+                      data_path)
+        if crcs is not None and int(crc32c(buf.view(np.uint8))) != crcs[k]:
+            raise TokenCacheError(f"{data_path}: chunk {k} of the {name} of {shard['path']} (tokens {begin}.."
+                                  f"{begin + count - 1}) fails its CRC-32C check: the token cache is damaged; delete "
+                                  "it (or the token_cache folder) and run create again")
+        yield begin, buf if name == "ids" else np.unpackbits(buf, count=count).view(bool)
+
+
 def read_stream(save_dir: str, index: CacheIndex, order):
-    """The task's stream with the shards in `order`: (ids int32, sent_ids bool), a shard whose first flag
-    equals the previous shard's last flag inverted whole, so that a sentence boundary falls between files."""
+    """The task's stream with the shards in `order`: (ids int32, sent_ids bool, word starts bool or None where the
+    cache has none), a shard whose first flag equals the previous shard's last flag inverted whole, so that a
+    sentence boundary falls between files."""
     data_path, _ = token_cache_paths(save_dir, index.task, index.key)
     ids = np.empty(index.tokens, dtype=np.int32)
     sent_ids = np.empty(index.tokens, dtype=bool)
+    word_starts = np.empty(index.tokens, dtype=bool) if index.word_starts else None
     pos, prev_last = 0, None
-
-    def flag_pieces(f, shard):
-        for begin in range(0, shard["tokens"], FLAG_PIECE_TOKENS):
-            count = min(FLAG_PIECE_TOKENS, shard["tokens"] - begin)
-            packed = np.empty((count + 7) // 8, dtype=np.uint8)
-            _read_exactly(f, shard["flags_offset"] + begin // 8, packed, data_path)
-            yield np.unpackbits(packed, count=count).view(bool)
-
     with fileio.open_read(data_path) as f:
         for i in order:
             shard = index.shards[i]
+            for name, out in (("ids", ids), ("starts", word_starts)):
+                for begin, chunk in _read_region(f, index, shard, name, data_path) if out is not None else ():
+                    out[pos + begin:pos + begin + chunk.size] = chunk
             end = pos + shard["tokens"]
-            _read_exactly(f, shard["ids_offset"], ids[pos:end], data_path)
-            put_flags(sent_ids[pos:end], flag_pieces(f, shard), prev_last)
+            put_flags(sent_ids[pos:end], (flags for _, flags in _read_region(f, index, shard, "flags", data_path)),
+                      prev_last)
             pos = end
             prev_last = bool(sent_ids[pos - 1])
-    return ids, sent_ids
+    return ids, sent_ids, word_starts
+
+
+def verify(save_dir: str, index: CacheIndex) -> None:
+    """Reads every chunk of the cache against its checksum (TokenCacheError, naming the chunk, at the first that
+    fails): what a failed read of train_gpu's input pipeline ran into."""
+    data_path, _ = token_cache_paths(save_dir, index.task, index.key)
+    with fileio.open_read(data_path) as f:
+        for shard in index.shards:
+            for name in REGIONS[:3 if index.word_starts else 2]:
+                for _ in _read_region(f, index, shard, name, data_path):
+                    pass
 
 
 def cache_reference(save_dir: str, sp_path: str, index: CacheIndex) -> dict:

@@ -9,6 +9,7 @@ from xlnet_data.common.fileio import is_remote
 from xlnet_data.dataformat.examples.loop import num_predict_parts
 from xlnet_data.dataformat.save_dir import RecordSettings
 from xlnet_data.dataformat.save_dir import unit_paths as named_unit_paths
+from xlnet_data.dataformat.words import WORD_BOUNDARIES
 
 SPLITS = ("train", "dev", "test")
 SPAN_UNITS = ("piece", "word")
@@ -46,6 +47,7 @@ class CreateConfig:
     num_task: int = 1
     task: Optional[int] = None  # None: every task of `num_task`
     span_unit: str = "piece"
+    word_boundaries: str = "spaces"
     strict: bool = False  # invalid UTF-8 stops the run instead of being replaced
     allow_binary: bool = False  # read files with NUL bytes or mostly invalid UTF-8 instead of refusing them
     write_records: bool = True  # False: keep the token cache; train_gpu and dump make the records from it
@@ -107,6 +109,8 @@ class CreateConfig:
             raise ConfigError(f"--split={self.split} must be one of {', '.join(SPLITS)}")
         if self.span_unit not in SPAN_UNITS:
             raise ConfigError(f"--span_unit={self.span_unit} must be one of {', '.join(SPAN_UNITS)}")
+        if self.word_boundaries not in WORD_BOUNDARIES:
+            raise ConfigError(f"--word_boundaries={self.word_boundaries} must be one of {', '.join(WORD_BOUNDARIES)}")
         if self.tot_len < 1:
             raise ConfigError(
                 f"--reuse_len={self.reuse_len} must be less than --seq_len - 3 = {self.seq_len - 3} "

@@ -47,6 +47,7 @@ class Shard:
     ids: list[np.ndarray]
     sent_ids: list[np.ndarray]
     stats: FileStats
+    word_starts: Optional[list[np.ndarray]] = None  # a bool a token: can start a span (dataformat/words.py)
 
     @property
     def num_tokens(self):
@@ -196,9 +197,11 @@ def _encode_block(lines, first, path, encoder, *, from_raw_text, uncased, keep_a
 
 
 def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab_size, keep_accents=False,
-               strict=False, allow_binary=False, on_progress: Optional[Callable[[int, int, int], None]] = None):
+               strict=False, allow_binary=False, on_progress: Optional[Callable[[int, int, int], None]] = None,
+               word_starts: Optional[Callable[[np.ndarray], np.ndarray]] = None):
     """Reads one file into a Shard, or None when it has no lines or no ids (the original skips the former
-    and crashes on the latter). `on_progress(lines, tokens, bytes)` is called after every block of lines.
+    and crashes on the latter). `on_progress(lines, tokens, bytes)` is called after every block of lines;
+    `word_starts` (a words.WordStarts), where given, marks each block's tokens that can start a span.
 
     gzip, bzip2 and xz files are read decompressed; a binary file (NUL bytes, or mostly invalid UTF-8)
     is an InputError naming it unless `allow_binary`.
@@ -207,7 +210,7 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
     before and after, so it keeps the flag of the sentence before it and the next sentence flips.
     """
     stats = FileStats()
-    ids_chunks, flag_chunks = [], []
+    ids_chunks, flag_chunks, start_chunks = [], [], []
     sent_id = True
     for first, lines, nbytes in _line_blocks(path, stats, strict, allow_binary):
         long_lines = [i for i, line in enumerate(lines) if len(line) > LONG_LINE_CHARS]
@@ -224,6 +227,8 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
         if ids.size:
             ids_chunks.append(ids)
             flag_chunks.append(np.repeat(flags, lengths))
+            if word_starts is not None:
+                start_chunks.append(word_starts(ids))
             stats.tokens += int(ids.size)
             stats.unk += int(np.count_nonzero(ids == UNK_ID))
         sent_id = bool(sent_id ^ (int(is_text.sum()) & 1))
@@ -238,5 +243,5 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
                     path, 100 * stats.unk / stats.tokens)
     if stats.tokens == 0:
         return None
-    return Shard(path, ids_chunks, flag_chunks, stats)
+    return Shard(path, ids_chunks, flag_chunks, stats, start_chunks if word_starts is not None else None)
 

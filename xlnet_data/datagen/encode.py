@@ -6,7 +6,10 @@ reads it back in its own order.
 
 A task that the plan encodes in memory (plan.TaskPlan.in_memory: one unit to run, one pass, and no complete
 cache) is encoded by encode_in_memory instead, and its unit takes the stream from there: the same stream,
-without writing 4.1 bytes a token and reading them back.
+without writing 2.1 bytes a token and reading them back.
+
+With --word_boundaries other than `spaces` each token also gets its word-start bit (dataformat/words.py), which the
+pass loop reads instead of the piece-id table.
 
 Both files are written atomically. `key` hashes everything the ids depend on: the files (path, size,
 modification time), the SentencePiece model's bytes and the encode flags, so a stale cache is never
@@ -25,6 +28,7 @@ import numpy as np
 from xlnet_data.common import fileio, memory
 from xlnet_data.dataformat import token_cache
 from xlnet_data.dataformat.save_dir import token_cache_paths, write_json
+from xlnet_data.dataformat.words import WordStarts
 from xlnet_data.datagen import corpus
 from xlnet_data.datagen.text import Encoder
 
@@ -40,6 +44,7 @@ class EncodeSettings:
     use_eod: bool
     strict: bool
     allow_binary: bool
+    word_boundaries: str = "spaces"  # words.WORD_BOUNDARIES
 
     @classmethod
     def of(cls, config) -> "EncodeSettings":
@@ -60,27 +65,19 @@ def cache_key(settings: EncodeSettings, files, model_sha256: str) -> str:
     made_from = {"format": token_cache.CACHE_FORMAT,
                  "files": [[path, fileio.size(path), fileio.modified_ns(path)] for path in files],
                  "model": model_sha256, "from_raw_text": settings.from_raw_text, "uncased": settings.uncased,
-                 "keep_accents": settings.keep_accents, "use_eod": settings.use_eod, "strict": settings.strict}
+                 "keep_accents": settings.keep_accents, "use_eod": settings.use_eod, "strict": settings.strict,
+                 "word_boundaries": settings.word_boundaries}
     return hashlib.sha256(json.dumps(made_from).encode()).hexdigest()[:16]
-
-
-def _packed(flag_chunks):
-    """The flags of a shard packed eight to a byte, chunk by chunk (a chunk's last < 8 flags carry over)."""
-    rest = np.empty(0, dtype=bool)
-    for chunk in flag_chunks:
-        flags = np.concatenate([rest, chunk]) if rest.size else chunk
-        whole = flags.size - flags.size % 8
-        yield np.packbits(flags[:whole])
-        rest = flags[whole:]
-    if rest.size:
-        yield np.packbits(rest)
 
 
 def _encoded_shards(settings: EncodeSettings, files, sp, on_progress, encode_threads):
     """Each file's corpus.Shard in file order, or None for a file without tokens (warned about)."""
     encoder = Encoder(sp, encode_threads) if settings.from_raw_text else None
+    read_settings = {**dataclasses.asdict(settings), "word_starts": None if settings.word_boundaries == "spaces"
+                     else WordStarts.of(sp, settings.word_boundaries)}
+    del read_settings["word_boundaries"]
     for path in files:
-        shard = corpus.read_shard(path, encoder, **dataclasses.asdict(settings), vocab_size=sp.get_piece_size(),
+        shard = corpus.read_shard(path, encoder, **read_settings, vocab_size=sp.get_piece_size(),
                                   on_progress=on_progress)
         if shard is None:
             log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)
@@ -104,30 +101,22 @@ def encode_task(save_dir: str, settings: EncodeSettings, task, files, key, sp, o
         return EncodeResult(task, encoded=False, tokens=found.tokens)
     data_path, index_path = token_cache_paths(save_dir, task, key)
     fileio.makedirs(os.path.dirname(data_path))
-    shards, skipped, offset = [], 0, 0
+    index = token_cache.CacheIndex(task, key, [], 0, ids=token_cache.id_dtype(sp.get_piece_size()),
+                                   word_starts=settings.word_boundaries != "spaces")
+    offset = 0
     with fileio.atomic_write(data_path) as out:
         for shard in _encoded_shards(settings, files, sp, on_progress, encode_threads):
             if shard is None:
-                skipped += 1
+                index.skipped_files += 1
                 continue
-            entry = {**_entry(shard), "ids_offset": offset}
-            flag_chunks = []
-            while shard.ids:  # released as written: the file is never held twice
-                chunk = shard.ids.pop(0)
-                fileio.write_array(out, chunk.astype("<i4", copy=False))
-                memory.freed(chunk.nbytes)
-                flag_chunks.append(shard.sent_ids.pop(0))
-            offset += 4 * shard.num_tokens
-            entry["flags_offset"] = offset
-            for packed in _packed(flag_chunks):
-                fileio.write_array(out, packed)
-                offset += packed.size
-            shards.append(entry)
-            memory.freed(sum(flags.nbytes for flags in flag_chunks))
-            del shard, flag_chunks
-    index = {"format": token_cache.CACHE_FORMAT, "task": task, "key": key, "files": list(files), "skipped_files": skipped,
-             "shards": shards}
-    write_json(index_path, index)
+            regions = {"ids": shard.ids, "flags": shard.sent_ids}  # emptied as written: never held twice
+            if index.word_starts:
+                regions["starts"] = shard.word_starts
+            entry, offset = token_cache.write_shard(out, offset, regions, index.ids)
+            index.shards.append({**_entry(shard), **entry})
+            del shard, regions
+    write_json(index_path, token_cache.index_json(index, files))
+    shards = index.shards
     tokens = sum(shard["tokens"] for shard in shards)
     log.info("task %d: %d files encoded (%d tokens) into its token cache", task, len(shards), tokens)
     return EncodeResult(task, encoded=True, tokens=tokens)
@@ -136,29 +125,31 @@ def encode_task(save_dir: str, settings: EncodeSettings, task, files, key, sp, o
 @dataclasses.dataclass
 class EncodedTask:
     """A task's files encoded and held in memory, for a task with one unit to run and no cache: its pass
-    takes the stream from here, without the round trip through the token cache (4.1 bytes a token written
+    takes the stream from here, without the round trip through the token cache (2.1 bytes a token written
     to the page cache, read back and unpacked). The same ids and flags as the cache would give, and no more
     memory: the stream is filled as the encoded files are released."""
     index: token_cache.CacheIndex  # shard entries without offsets
     shards: list  # corpus.Shard of each entry
 
     def stream(self, order):
-        """read_stream's (ids, sent_ids) with the shards in `order`; the shards are released as copied (so
-        the stream can be made once)."""
+        """read_stream's (ids, sent_ids, word starts or None) with the shards in `order`; the shards are released
+        as copied (so the stream can be made once)."""
         ids = np.empty(self.index.tokens, dtype=np.int32)
         sent_ids = np.empty(self.index.tokens, dtype=bool)
+        word_starts = np.empty(self.index.tokens, dtype=bool) if self.index.word_starts else None
         pos, prev_last = 0, None
         for i in order:
             shard, self.shards[i] = self.shards[i], None
             end = pos + shard.num_tokens
-            at = pos
-            for chunk in _released(shard.ids):
-                ids[at:at + chunk.size] = chunk
-                at += chunk.size
+            for chunks, out in ((shard.ids, ids), (shard.word_starts, word_starts)):
+                at = pos
+                for chunk in _released(chunks) if out is not None else ():
+                    out[at:at + chunk.size] = chunk
+                    at += chunk.size
             token_cache.put_flags(sent_ids[pos:end], _released(shard.sent_ids), prev_last)
             pos = end
             prev_last = bool(sent_ids[pos - 1])
-        return ids, sent_ids
+        return ids, sent_ids, word_starts
 
 
 def _released(chunks):
@@ -177,6 +168,8 @@ def encode_in_memory(settings: EncodeSettings, task, files, sp, on_progress=None
     """The task's files encoded as encode_task encodes them, held in memory (see EncodedTask)."""
     shards = list(_encoded_shards(settings, files, sp, on_progress, encode_threads))
     kept = [shard for shard in shards if shard is not None]
-    encoded = EncodedTask(token_cache.CacheIndex(task, "", [_entry(shard) for shard in kept], len(shards) - len(kept)), kept)
+    index = token_cache.CacheIndex(task, "", [_entry(shard) for shard in kept], len(shards) - len(kept),
+                                   word_starts=settings.word_boundaries != "spaces")
+    encoded = EncodedTask(index, kept)
     log.info("task %d: %d files encoded (%d tokens) in memory, for its one unit", task, len(kept), encoded.index.tokens)
     return encoded

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_data.common.errors import UserError
-from xlnet_data.dataformat import validation
+from xlnet_data.dataformat import token_cache, validation
 from xlnet_data.dataformat.examples.generated import check_cache
 from xlnet_data.dataformat.record_reader import RecordError, read_numbered_examples
 from xlnet_data.pretrain.cache_input import CacheFeed
@@ -129,10 +129,17 @@ def check_records(cfg: TrainConfig) -> None:
             check_cache(unit)
 
 
-def find_damage(record_dir: str, cfg: TrainConfig) -> Optional[RecordError]:
+def find_damage(record_dir: str, cfg: TrainConfig) -> Optional[UserError]:
     """The first record of the source that cannot be trained on (corrupt, or of another schema or vocabulary),
-    read with the CRC checks: what a failed read of the input pipeline ran into."""
-    for path in find_records(record_dir, cfg.data).filenames:
+    read with the CRC checks, or the first chunk of its token caches that fails its checksum: what a failed read of
+    the input pipeline ran into."""
+    found = find_records(record_dir, cfg.data)
+    for unit in found.cache_units:
+        try:
+            token_cache.verify(unit.save_dir, check_cache(unit))
+        except token_cache.TokenCacheError as err:
+            return err
+    for path in found.filenames:
         try:
             for _ in read_numbered_examples(path, cfg.data.seq_len, cfg.model.n_token):
                 pass

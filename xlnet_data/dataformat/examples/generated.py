@@ -44,6 +44,7 @@ class CacheUnit:
     save_dir: str  # where the token cache is
     sp_path: str  # the SentencePiece model create ran with (whole-word spans need its pieces)
     reference: dict  # record_info's token_cache entry (token_cache.cache_reference)
+    word_boundaries: str = "spaces"  # create --word_boundaries: the cache holds the word starts the masks follow
 
 
 def cache_unit(info_path: str, info: dict, num_batch: int) -> CacheUnit:
@@ -55,7 +56,8 @@ def cache_unit(info_path: str, info: dict, num_batch: int) -> CacheUnit:
                                     "re-create the unit")
     root = os.path.dirname(os.path.dirname(os.path.abspath(info_path)))  # save_dir/tfrecords/record_info-…
     return CacheUnit(info_path, num_batch, Unit(parsed.task, parsed.pass_id),
-                     ExampleSettings.from_create_settings(settings), root, settings.get("sp_path", ""), reference)
+                     ExampleSettings.from_create_settings(settings), root, settings.get("sp_path", ""), reference,
+                     settings.get("word_boundaries", "spaces"))
 
 
 def _rerun_hint(unit: CacheUnit):
@@ -73,6 +75,9 @@ def check_cache(unit: CacheUnit) -> token_cache.CacheIndex:
             raise TokenCacheError(f"{unit.info_path}: its token cache {path} is missing; {_rerun_hint(unit)}")
     index = token_cache.read_index(unit.save_dir, ref["task"], ref["key"])
     size = fileio.size(data_path)
+    if unit.word_boundaries != "spaces" and not index.word_starts:
+        raise TokenCacheError(f"{data_path}: the token cache has no word starts, but {unit.info_path} was made with "
+                              f"--word_boundaries={unit.word_boundaries}; {_rerun_hint(unit)}")
     if index.tokens != ref["tokens"] or size != ref["bytes"]:
         raise TokenCacheError(f"{data_path}: stale token cache: it holds {index.tokens} tokens in {size} bytes, but "
                               f"{unit.info_path} was counted from {ref['tokens']} tokens in {ref['bytes']} bytes; "

@@ -1,6 +1,7 @@
 """The token stream laid out in rows: plain batches, or forward rows each followed by their reverse."""
 
 import dataclasses
+from typing import Optional
 
 import numpy as np
 
@@ -13,6 +14,7 @@ class Rows:
     sent_ids: np.ndarray    # [num_fwd_rows, row_len] bool
     source: np.ndarray      # [bsz_per_host] int64
     reverse: np.ndarray     # [bsz_per_host] bool
+    word_starts: Optional[np.ndarray] = None  # [num_fwd_rows, row_len] bool: can start a span (None: by piece id)
 
 
 def batchify(data, num_rows):
@@ -21,20 +23,22 @@ def batchify(data, num_rows):
     return data[:num_rows * row_len].reshape(num_rows, row_len)
 
 
-def layout_rows(ids, sent_ids, bsz_per_host, num_core, bi_data):
+def layout_rows(ids, sent_ids, bsz_per_host, num_core, bi_data, word_starts=None):
     """The original's layout: with `bi_data`, each core's half-batch of forward rows is followed by the
-    same rows reversed; otherwise `bsz_per_host` forward rows."""
+    same rows reversed; otherwise `bsz_per_host` forward rows. `word_starts` (a bool a token, or None) is laid
+    out as the ids are."""
     if not bi_data:
         source = np.arange(bsz_per_host)
         return Rows(batchify(ids, bsz_per_host), batchify(sent_ids, bsz_per_host), source,
-                    np.zeros(bsz_per_host, dtype=bool))
+                    np.zeros(bsz_per_host, dtype=bool),
+                    None if word_starts is None else batchify(word_starts, bsz_per_host))
     half = bsz_per_host // num_core // 2
     fwd = np.arange(bsz_per_host // 2).reshape(num_core, 1, half)
     source = np.concatenate([fwd, fwd], axis=1).reshape(-1)
     reverse = np.zeros((num_core, 2, half), dtype=bool)
     reverse[:, 1] = True
     return Rows(batchify(ids, bsz_per_host // 2), batchify(sent_ids, bsz_per_host // 2), source,
-                reverse.reshape(-1))
+                reverse.reshape(-1), None if word_starts is None else batchify(word_starts, bsz_per_host // 2))
 
 
 def materialize(rows):

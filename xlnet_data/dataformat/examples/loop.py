@@ -107,9 +107,30 @@ def _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, after_a, afte
     ends[LABEL] = begins[LABEL] + 1
 
 
+@compiled.jit(inline="always")
+def _gather(out, row, i, reuse_len, a_begin, a_end, b_begin, b_end, sep, cls):
+    """Fills `out` with an example's values from its row's: memory, A, `sep`, B, `sep`, `cls`; returns the positions
+    of the two `sep`."""
+    n = 0
+    for k in range(i, i + reuse_len):
+        out[n] = row[k]
+        n += 1
+    for k in range(a_begin, a_end):
+        out[n] = row[k]
+        n += 1
+    a_sep = n
+    out[n] = sep
+    n += 1
+    for k in range(b_begin, b_end):
+        out[n] = row[k]
+        n += 1
+    out[n], out[n + 1] = sep, cls
+    return a_sep, n
+
+
 @compiled.jit(nogil=True)
 def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_steps, seq_len, reuse_len, goal_mem,
-                 goal_ab, mask_alpha, mask_beta, word_spans, is_start, cdf, np_mt, py_mt,
+                 goal_ab, mask_alpha, mask_beta, word_spans, is_start, word_starts, cdf, np_mt, py_mt,
                  keys, key_lengths, keep, buf):
     """Serialises up to `max_steps` steps (one example per row each) from step `first_step` into `buf`.
 
@@ -118,14 +139,17 @@ def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_s
     `bound_offsets` are the rows' sentence boundaries (pairing.row_boundaries). Only rows r with `keep[r]`
     are serialised; the others still draw their A/B and masks, which the rows after them depend on (a
     worker's share, pretrain/cache_input.py; a count of the steps). nogil: the training input pipeline
-    runs it beside the step.
+    runs it beside the step. A token starts a word where `is_start[id]` (the piece-id table), or, where
+    `word_starts` has the rows' shape, where it says (a segmenter's words); <sep> and <cls> always.
     """
+    by_position = word_starts.shape == data.shape
     bsz = source.shape[0]
     num_rows = data.shape[0]
     row_len = data.shape[1]
     tot_len = seq_len - reuse_len - 3
     ids = np.zeros(seq_len, dtype=data.dtype)
     mask = np.zeros(seq_len, dtype=np.bool_)
+    starts = np.ones(seq_len, dtype=np.bool_)
     region = records.varints_bytes_bound(seq_len)  # each feature's varints in a region of its own
     begins = np.arange(len(records.FEATURES)) * region
     ends = begins.copy()
@@ -144,29 +168,20 @@ def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_s
                 row_len, bounds[bound_offsets[k]:bound_offsets[k + 1]], i + reuse_len, tot_len, py_mt)
             if not ok:
                 return step, step_start, True
-            n = 0
-            for k in range(i, i + reuse_len):
-                ids[n] = row[k]
-                n += 1
-            for k in range(a_begin, a_end):
-                ids[n] = row[k]
-                n += 1
-            a_sep = n
-            ids[n] = SEP_ID
-            n += 1
-            for k in range(b_begin, b_end):
-                ids[n] = row[k]
-                n += 1
-            b_sep = n
-            ids[n], ids[n + 1] = SEP_ID, CLS_ID
+            a_sep, b_sep = _gather(ids, row, i, reuse_len, a_begin, a_end, b_begin, b_end, SEP_ID, CLS_ID)
+            if by_position:  # <sep> and <cls> start words
+                _gather(starts, word_starts[source[r]][::direction], i, reuse_len, a_begin, a_end, b_begin, b_end,
+                        True, True)
+            else:
+                for k in range(seq_len):
+                    starts[k] = is_start[ids[k]]
 
             for k in range(seq_len):  # not mask[:] = False: a slice assignment costs ~70 ns here
                 mask[k] = False
-            mem, ab = ids[:reuse_len], ids[reuse_len:]
             mask_mem, mask_ab = mask[:reuse_len], mask[reuse_len:]
-            sample_mask(mem[::direction], mask_mem[::direction], is_start, goal_mem, mask_alpha, mask_beta,
+            sample_mask(starts[:reuse_len][::direction], mask_mem[::direction], goal_mem, mask_alpha, mask_beta,
                         cdf, np_mt, word_spans)
-            sample_mask(ab[::direction], mask_ab[::direction], is_start, goal_ab, mask_alpha, mask_beta,
+            sample_mask(starts[reuse_len:][::direction], mask_ab[::direction], goal_ab, mask_alpha, mask_beta,
                         cdf, np_mt, word_spans)
             if keep[r]:
                 _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, row[a_end], row[b_end], label)
@@ -174,14 +189,19 @@ def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_s
     return max_steps, pos, False
 
 
+_NO_WORD_STARTS = np.zeros((0, 0), dtype=np.bool_)  # rows without word starts: the piece-id table decides
+
+
 class UnitLoop:
     """A unit's rows as the compiled loop reads them, and its two random streams where they stand: `write` goes
-    on from there."""
+    on from there. `is_start` is the model's piece-id table (vocab.start_piece_table), used where the rows have
+    no word starts of their own."""
 
     def __init__(self, settings: ExampleSettings, rows: layout.Rows, is_start, np_mt, py_mt):
         self.settings, self.rows, self.is_start, self.np_mt, self.py_mt = settings, rows, is_start, np_mt, py_mt
         self.bounds, self.bound_offsets = row_boundaries(rows.sent_ids)
         self.cdf = ngram_cdf()
+        self.word_starts = _NO_WORD_STARTS if rows.word_starts is None else rows.word_starts
         self.every_row = np.ones(rows.source.shape[0], dtype=np.bool_)
 
     @property
@@ -196,7 +216,8 @@ class UnitLoop:
         return _write_steps(
             self.rows.data, self.bounds, self.bound_offsets, self.rows.source, self.rows.reverse, first_step,
             max_steps, settings.seq_len, settings.reuse_len, goal_mem, goal_ab, settings.mask_alpha,
-            settings.mask_beta, settings.span_unit == "word", self.is_start, self.cdf, self.np_mt, self.py_mt,
+            settings.mask_beta, settings.span_unit == "word", self.is_start, self.word_starts, self.cdf, self.np_mt,
+            self.py_mt,
             records.FEATURE_KEYS, records.FEATURE_KEY_LENGTHS, self.every_row if keep is None else keep, buf)
 
 
@@ -208,7 +229,9 @@ def steps_per_chunk(bsz_per_host: int, seq_len: int, chunk_bytes: int) -> int:
 def unit_rows(settings: ExampleSettings, unit: Unit, num_shards: int, stream: Callable):
     """The unit's rows (its task's stream in the unit's seeded file order, laid out) and numpy's generator after
     the file-order draw (the masks' draws follow). `stream(order)` gives the task's (ids, sent_ids) with its
-    `num_shards` files in `order` (token_cache.read_stream, or a task encoded in memory)."""
+    `num_shards` files in `order` (token_cache.read_stream, or a task encoded in memory), and their word starts
+    (None: none recorded)."""
     random_state = np.random.RandomState(unit.seed)
-    ids, sent_ids = stream(random_state.permutation(num_shards))
-    return layout.layout_rows(ids, sent_ids, settings.bsz_per_host, settings.num_core, settings.bi_data), random_state
+    ids, sent_ids, word_starts = stream(random_state.permutation(num_shards))
+    return layout.layout_rows(ids, sent_ids, settings.bsz_per_host, settings.num_core, settings.bi_data,
+                              word_starts), random_state

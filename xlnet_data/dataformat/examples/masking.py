@@ -8,6 +8,9 @@ tokens then top the count up to the goal.
 piece, so a span is n *pieces* from a word start and can end inside a word. `word_spans=True` takes
 n whole words, as the paper describes, and tops up with whole words too, so no span cuts a word
 (unless no whole word fits the last few masks, which needs a part without any one-piece word).
+
+Which tokens start a word is given per position (`starts`): the original's piece-id table looked up
+(vocab.start_piece_table), or the word starts a segmenter found (create --word_boundaries; dataformat/words.py).
 """
 
 import numpy as np
@@ -28,22 +31,23 @@ def ngram_cdf(max_gram=MAX_GRAM):
 
 
 @compiled.jit()
-def _word_end(seg, is_start, beg):
+def _word_end(starts, beg):
     """The position after the word that starts at `beg`."""
     end = beg + 1
-    while end < seg.shape[0] and not is_start[seg[end]]:
+    while end < starts.shape[0] and not starts[end]:
         end += 1
     return end
 
 
 @compiled.jit()
-def sample_mask(seg, mask, is_start, goal, mask_alpha, mask_beta, cdf, np_mt, word_spans):
-    """Sets exactly `goal` entries of `mask` (all False on entry) for the tokens `seg`, in text order.
+def sample_mask(starts, mask, goal, mask_alpha, mask_beta, cdf, np_mt, word_spans):
+    """Sets exactly `goal` entries of `mask` (all False on entry) for a segment whose tokens start a word where
+    `starts`, in text order.
 
-    For backward rows pass both reversed (`seg[::-1]`, `mask[::-1]`): the original flips the segment
+    For backward rows pass both reversed (`starts[::-1]`, `mask[::-1]`): the original flips the segment
     back to text order before sampling.
     """
-    seg_len = seg.shape[0]
+    seg_len = starts.shape[0]
     num_predict = 0
     cur_len = 0
     while cur_len < seg_len:
@@ -61,7 +65,7 @@ def sample_mask(seg, mask, is_start, goal, mask_alpha, mask_beta, cdf, np_mt, wo
         r_ctx = ctx_size - l_ctx
 
         beg = cur_len + l_ctx
-        while beg < seg_len and not is_start[seg[beg]]:
+        while beg < seg_len and not starts[beg]:
             beg += 1
         if beg >= seg_len:
             break
@@ -70,8 +74,8 @@ def sample_mask(seg, mask, is_start, goal, mask_alpha, mask_beta, cdf, np_mt, wo
         if word_spans:
             words = 1
             while end < seg_len:
-                if is_start[seg[end]]:
-                    if words == n or num_predict + (_word_end(seg, is_start, end) - beg) > goal:
+                if starts[end]:
+                    if words == n or num_predict + (_word_end(starts, end) - beg) > goal:
                         break
                     words += 1
                 end += 1
@@ -79,7 +83,7 @@ def sample_mask(seg, mask, is_start, goal, mask_alpha, mask_beta, cdf, np_mt, wo
                 cur_len = end
                 continue
         else:
-            # The original tests seg[beg] (always a start piece) here, so it counts pieces.
+            # The original tests the piece at beg (always a start piece) here, so it counts pieces.
             count = 1
             while end < seg_len:
                 count += 1
@@ -103,8 +107,8 @@ def sample_mask(seg, mask, is_start, goal, mask_alpha, mask_beta, cdf, np_mt, wo
             mask[i] = True
             num_predict += 1
             continue
-        end = _word_end(seg, is_start, i)
-        whole = is_start[seg[i]] and not mask[i:end].any() and end - i <= goal - num_predict
+        end = _word_end(starts, i)
+        whole = starts[i] and not mask[i:end].any() and end - i <= goal - num_predict
         misses = 0 if whole else misses + 1
         if not whole and misses < 64 * seg_len:
             continue

@@ -1,0 +1,163 @@
+"""Word starts from a word segmenter (create --word_boundaries): which tokens can start a masked span in text
+that has no spaces between its words (Chinese, Japanese, Thai).
+
+The original lets a span start at a piece that begins with "▁", a special token or an ASCII punctuation mark
+(vocab.is_start_piece), so in those scripts only a line's first piece and punctuation can. Here a piece can also
+start a span where a segmenter for the script finds a word beginning at its first character. The segmenter reads
+the text as SentencePiece normalised it, the pieces joined ("▁" a space; a special or unknown piece one space), so
+a piece's offset in it is the sum of the lengths before it and the starts are a function of the ids alone. A piece
+that runs across a word boundary belongs to its first character's word. Pieces of other scripts, and
+punctuation, keep the original's rule, so English text gets the original's spans.
+
+The segmenters, chosen by measurement (benchmarks/bench_words.py; the README says why), are in the `words` extra.
+create's encode stage records the starts (datagen/encode.py); dump --stats reckons spans by them.
+"""
+
+import dataclasses
+import functools
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from xlnet_data.common.errors import UserError
+from xlnet_data.dataformat.vocab import SPIECE_UNDERLINE, is_start_piece
+
+WORD_BOUNDARIES = ("spaces", "zh", "ja", "th")  # create --word_boundaries; spaces: the original's rule only
+
+_HAN = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x323AF))
+_KANA = ((0x3040, 0x30FF), (0x31F0, 0x31FF), (0xFF66, 0xFF9F))
+SCRIPTS = {"zh": _HAN, "ja": _HAN + _KANA, "th": ((0x0E00, 0x0E7F),)}  # code points whose words the segmenter cuts
+# SentencePiece's NFKC splits Thai SARA AM (U+0E33) into NIKHAHIT + SARA AA, which the Thai word lists spell whole:
+# the segmenter reads it recomposed ("ทำ", not "ทํา", else it cuts the word in two).
+_RECOMPOSE = {"th": ("\u0e4d\u0e32", "\u0e33")}
+SEGMENTERS = {"zh": "rjieba (jieba's dictionary, without its HMM)", "ja": "fugashi (MeCab) with unidic-lite",
+              "th": "nlpo3 (newmm) with PyThaiNLP's dictionary"}
+
+
+class WordsError(UserError, RuntimeError):
+    """A segmenter that cannot be loaded (its package is missing)."""
+
+
+def _missing(language, package):
+    return WordsError(f"--word_boundaries={language} needs the {package} package: pip install 'xlnet-data[words]'")
+
+
+@functools.cache
+def load_segmenter(language: str) -> Callable[[str], list]:
+    """The function that cuts a text into its words (strings, in order; spaces may be left out) for `language`,
+    loaded once per process."""
+    if language == "zh":
+        try:
+            import rjieba
+        except ImportError:
+            raise _missing(language, "rjieba") from None
+        return functools.partial(rjieba.cut, hmm=False)
+    if language == "ja":
+        try:
+            import fugashi
+            tagger = fugashi.Tagger("-Owakati")  # unidic-lite's dictionary, found by fugashi
+        except (ImportError, RuntimeError):
+            raise _missing(language, "fugashi and unidic-lite") from None
+        return lambda text: tagger.parse(text).split()
+    if language == "th":
+        try:
+            import nlpo3
+            import pythainlp
+        except ImportError:
+            raise _missing(language, "nlpo3 and pythainlp") from None
+        nlpo3.load_dict(os.path.join(os.path.dirname(pythainlp.__file__), "corpus", "words_th.txt"), "xlnet_data_th")
+        return functools.partial(nlpo3.segment, dict_name="xlnet_data_th")
+    raise ValueError(f"no segmenter for {language!r}")
+
+
+def boundary_f1(segment: Callable[[str], list], lines) -> float:
+    """How well a segmenter agrees with hand-cut text (`lines`: lists of words): the F1 of its word starts (the
+    measure by which the segmenters were chosen; tests and benchmarks/bench_words.py)."""
+    def starts(line_words):
+        return set(np.cumsum([0] + [len(w) for w in line_words if w.strip()])[:-1].tolist())
+    hits = found = wanted = 0
+    for line in lines:
+        got, want = starts(segment("".join(line))), starts(line)
+        hits, found, wanted = hits + len(got & want), found + len(got), wanted + len(want)
+    return 2 * hits / (found + wanted)
+
+
+def _in_scripts(chars: str, ranges) -> np.ndarray:
+    code_points = np.frombuffer(chars.encode("utf-32-le"), dtype=np.uint32)
+    found = np.zeros(code_points.size, dtype=bool)
+    for low, high in ranges:
+        found |= (code_points >= low) & (code_points <= high)
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class PieceTable:
+    """A SentencePiece model's pieces as the segmenter reads them, by id."""
+    text: np.ndarray  # object array of str: "▁" a space; a special, control or unknown piece one space
+    lengths: np.ndarray  # int64: len(text)
+    is_start: np.ndarray  # the original's rule (vocab.start_piece_table)
+    segmented: np.ndarray  # whose first character is of the segmenter's scripts (the rest keep the original's rule)
+
+    @classmethod
+    def of(cls, sp, language: str) -> "PieceTable":
+        pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+        plain = [not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i)) for i in range(len(pieces))]
+        text = np.array([piece.replace(SPIECE_UNDERLINE, " ") if keep and piece else " "
+                         for piece, keep in zip(pieces, plain)], dtype=object)
+        firsts = "".join(piece[0] for piece in text)
+        return cls(text, np.fromiter(map(len, text), dtype=np.int64, count=len(text)),
+                   np.array([is_start_piece(piece) for piece in pieces], dtype=bool),
+                   _in_scripts(firsts, SCRIPTS[language]) & np.array(plain, dtype=bool))
+
+
+def _char_word_starts(text: str, words) -> np.ndarray:
+    """A bool per character of `text` (and one past it): True where one of `words` (the text cut, its spaces
+    perhaps left out) begins; all False where the words are not the text's."""
+    starts = np.zeros(len(text) + 1, dtype=bool)
+    lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+    if lengths.sum() == len(text):  # the text cut whole
+        starts[np.cumsum(lengths) - lengths] = True
+        return starts
+    kept = np.flatnonzero(np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32) != 32)
+    if lengths.sum() == kept.size:  # spaces left out: the words' starts among the other characters
+        starts[kept[(np.cumsum(lengths) - lengths)[lengths > 0]]] = True
+    return starts
+
+
+def _recomposed(text: str, language: str):
+    """(the text the segmenter reads, None or the index in `text` of each of its characters)."""
+    pair = _RECOMPOSE.get(language)
+    if pair is None or pair[0] not in text:
+        return text, None
+    code_points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    seconds = np.flatnonzero((code_points[:-1] == ord(pair[0][0])) & (code_points[1:] == ord(pair[0][1]))) + 1
+    return text.replace(*pair), np.delete(np.arange(len(text) + 1), seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class WordStarts:
+    """Which tokens can start a span, for one model and segmenter: called on a block of ids (int32), it gives a
+    bool per id."""
+    pieces: PieceTable
+    segment: Callable[[str], list]
+    language: str
+
+    @classmethod
+    def of(cls, sp, language: str) -> "WordStarts":
+        return cls(PieceTable.of(sp, language), load_segmenter(language), language)
+
+    def __call__(self, ids: np.ndarray) -> np.ndarray:
+        starts = self.pieces.is_start[ids]
+        asked = self.pieces.segmented[ids] & ~starts
+        if not asked.any():
+            return starts
+        lengths = self.pieces.lengths[ids]
+        text, where = _recomposed("".join(self.pieces.text[ids]), self.language)
+        char_starts = _char_word_starts(text, self.segment(text))
+        if where is not None:  # back to the pieces' characters
+            mapped = np.zeros(where[-1] + 1, dtype=bool)
+            mapped[where[char_starts]] = True
+            char_starts = mapped
+        starts[asked] = char_starts[(np.cumsum(lengths) - lengths)[asked]]
+        return starts
