@@ -8,6 +8,9 @@ from xlnet_data.dataformat.corpus_info import ABSENT_MEANS
 COUNTS = ("files", "lines", "tokens", "records", "num_batch", "dropped_tokens", "invalid_utf8_lines", "skipped_files")
 COUNTS_KEY = "create_counts"  # record_info's key for a unit's COUNTS, read back by runners without metrics
 TOKEN_CACHE_KEY = "token_cache"  # record_info's key of a cache-backed unit (no records): which cache makes them
+# A cache-backed unit's SentencePiece model relative to the save_dir (create_settings' sp_path is absolute, and
+# is compared by re-runs): the model is found again where the save_dir and the model moved together.
+SP_PATH_KEY = "sp_path_from_save_dir"
 INPUT_COUNTS_KEY = "input_counts"
 INPUT_COUNTS = ("chars", "tokens", "unk", "marks", "arabic_marks")  # of an input file: see input_counts
 
