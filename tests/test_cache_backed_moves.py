@@ -84,10 +84,12 @@ def test_a_cache_backed_save_dir_moved_with_its_model_is_found_and_a_model_moved
     home, _, examples, _ = made
     moved = tmp_path / "elsewhere"
     shutil.copytree(home / "save", moved / "save")
+    shutil.copytree(home / "records", moved / "records")
     shutil.copytree(home / "spm", moved / "spm")
     (home / "spm").rename(home / "spm.away")  # where create recorded it: gone
     try:
         assert_same(list(xd.read_examples(str(moved / "save"))), examples)  # beside it, as it was
+        assert select(SelectionConfig(paths=(str(moved / "records"),))).sp_where == str(moved / "spm" / "sample.model")
         (moved / "spm").rename(moved / "model")
         with pytest.raises(TokenCacheError, match=r"is missing; put it back there, or give its new place \(--sp_path\)"):
             next(xd.read_examples(str(moved / "save")))

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from xlnet_data.common.config_types import check_field_types
 from xlnet_data.common.errors import UserError
-from xlnet_data.dataformat import provenance, record_reader, save_dir, settings, validation, vocab
+from xlnet_data.dataformat import provenance, record_info, record_reader, save_dir, settings, validation, vocab
 from xlnet_data.dataformat.examples import generated
 from xlnet_data.dataformat.inspection import DecodedExample, decode_example, is_backward_row
 from xlnet_data.dataformat.settings import RecordsSettings
@@ -108,7 +108,7 @@ def select(config: SelectionConfig) -> Selection:
         for unit in cache_units or ():
             generated.check_corpus_info(found.corpus_info_path, found.corpus_info, unit)
     warnings = list(found.warnings)
-    sp, sp_where = _sentencepiece(config.sp_path, found, model_sha256, warnings, cache_units)
+    sp, sp_where = _sentencepiece(config.sp_path, found, model_sha256, warnings, files, cache_units)
     return Selection(config, files, cache_units, found, sp, sp_where, warnings)
 
 
@@ -127,7 +127,7 @@ def _find(config: SelectionConfig):
     return files, candidates, None
 
 
-def _sentencepiece(sp_path, found: RecordsSettings, model_sha256, warnings, cache_units=None):
+def _sentencepiece(sp_path, found: RecordsSettings, model_sha256, warnings, files, cache_units):
     """(the SentencePiece model, where it is) to decode ids by: --sp_path, else corpus_info.json's sp_path, else
     a cache-backed unit's (which check_cache found and checked); (None, None) with a warning where there is
     none. Either must be the model the records were made with, where their record_infos say which (sha256):
@@ -144,6 +144,10 @@ def _sentencepiece(sp_path, found: RecordsSettings, model_sha256, warnings, cach
     where = resolve_sp_path(declared, found.corpus_info_path, info.input_glob if info else None)
     if not where and cache_units:
         where = cache_units[0].sp_path
+    elif not where and files:  # the save_dir and its model moved: the unit's record_info knows where
+        info_path = save_dir.record_info_of(files[0])
+        where = record_info.recorded_model(info_path, save_dir.read_json(info_path)) if os.path.isfile(info_path) else ""
+        where = where if where and os.path.isfile(where) else None
     if not where:
         why = f"corpus_info.json's sp_path {declared!r} not found" if declared else "no SentencePiece model known"
         warnings.append(f"{why}: showing ids, no word statistics (pass --sp_path)")

@@ -115,8 +115,8 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
     else:
         info["filenames"] = []
         info[record_info.TOKEN_CACHE_KEY] = token_cache.cache_reference(config.save_dir, config.sp_path, index)
-        if not (fileio.is_remote(config.save_dir) or fileio.is_remote(config.sp_path)):
-            info[record_info.SP_PATH_KEY] = os.path.relpath(config.sp_path, config.save_dir)
+    if not (fileio.is_remote(config.save_dir) or fileio.is_remote(config.sp_path)):
+        info[record_info.SP_PATH_KEY] = os.path.relpath(config.sp_path, config.save_dir)
     if made_from is not None:  # what the unit was made from, and the size its records file must have
         info[provenance.MADE_FROM] = ({**made_from, "record_bytes": fileio.size(record_path)} if config.write_records
                                       else made_from)

@@ -49,27 +49,16 @@ class CacheUnit:
 def cache_unit(info_path: str, info: dict, num_batch: int, sp_path: Optional[str] = None) -> CacheUnit:
     """The CacheUnit of a record_info (`info`, read from `info_path`); SaveDirError when it cannot say one.
     sp_path: where its SentencePiece model is now (a reader's --sp_path), else where create recorded it
-    (record_model); check_cache checks that it is the model by its sha256."""
+    (record_info.recorded_model); check_cache checks that it is the model by its sha256."""
     settings, reference = info.get(record_info.SETTINGS_KEY), info.get(record_info.TOKEN_CACHE_KEY)
     parsed = save_dir.parse_name(info_path)
     if not isinstance(settings, dict) or not isinstance(reference, dict) or parsed is None or parsed.task is None:
         raise save_dir.SaveDirError(f"{info_path}: a token_cache entry without create_settings (or a renamed file); "
                                     "re-create the unit")
     root = os.path.dirname(os.path.dirname(os.path.abspath(info_path)))  # save_dir/tfrecords/record_info-…
-    model = sp_path or record_model(root, settings.get("sp_path", ""), info.get(record_info.SP_PATH_KEY))
     return CacheUnit(info_path, num_batch, Unit(parsed.task, parsed.pass_id),
-                     ExampleSettings.from_create_settings(settings), root, model, reference)
-
-
-def record_model(root: str, recorded: str, from_save_dir: Optional[str]) -> str:
-    """Where a unit's model is by its record_info: create's sp_path (absolute), else, where that is gone, the
-    path relative to the save_dir `root` (record_info.SP_PATH_KEY), which still leads to it when the save_dir
-    and its model were moved (or mounted elsewhere) together."""
-    if from_save_dir and not fileio.exists(recorded):
-        moved = os.path.normpath(os.path.join(root, from_save_dir))
-        if fileio.exists(moved):
-            return moved
-    return recorded
+                     ExampleSettings.from_create_settings(settings), root,
+                     sp_path or record_info.recorded_model(info_path, info), reference)
 
 
 def _rerun_hint(unit: CacheUnit):
