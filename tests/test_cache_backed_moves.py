@@ -15,6 +15,7 @@ from xlnet_data.dataformat import settings
 from xlnet_data.dataformat.selection import InspectionError, SelectionConfig, select
 from xlnet_data.dataformat.token_cache import TokenCacheError
 from xlnet_data.datagen import local_runner, tokenizer
+from xlnet_data.pretrain.config import InputConfig
 
 
 @pytest.fixture(scope="module")
@@ -97,16 +98,13 @@ def test_a_cache_backed_save_dir_moved_with_its_model_is_found_and_a_model_moved
         assert_same(list(xd.read_examples(str(moved / "save"), sp_path=new_place)), examples)
         dumped = run_module("xlnet_data.dump", moved / "save", f"--sp_path={new_place}", "--limit=2")
         assert dumped.returncode == 0 and "all checks pass" in dumped.stdout + dumped.stderr, dumped.stderr
-        units = [unit for d in settings.find_record_dirs(str(moved / "save"), new_place)  # train_gpu --sp_path
-                 for unit in generated_units(d.tfrecords, new_place)]
-        assert [unit.sp_path for unit in units] == [new_place] * 2
+        (record_dir,) = settings.find_record_dirs(str(moved / "save"), new_place)  # train_gpu --sp_path's checks
+        from xlnet_data.pretrain import inputs  # TensorFlow (loaded by the suite's collection anyway)
+        data = InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=4, num_predict=10, sp_path=new_place)
+        found = inputs.find_records(record_dir.tfrecords, data)  # what training reads
+        assert [unit.sp_path for unit in found.cache_units] == [new_place] * 2
     finally:
         (home / "spm.away").rename(home / "spm")
-
-
-def generated_units(tfrecords, sp_path):
-    from xlnet_data.dataformat.examples import generated
-    return generated.find_cache_units(tfrecords, sp_path)
 
 
 @pytest.fixture(scope="module")
