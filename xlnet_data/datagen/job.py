@@ -90,6 +90,8 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
     The save_dir is locked for the run (a second run on it raises run_lock.SaveDirBusy) and the stale
     temporary files of killed runs are removed. Units already complete are skipped unless `overwrite`; the
     token cache (each task encoded once for all its passes) is deleted at the end unless `keep_cache`.
+    With write_records off, the records files of units now cache-backed (an earlier run's) are removed at the
+    end (CreateSummary.replaced_records).
     Runs on local worker processes (`num_workers`, default: the CPU count), or as an Apache Beam
     pipeline with options `beam_args` (beam_runner.pipeline_args makes and checks them, e.g.
     ["--runner=DirectRunner"]). Raises
