@@ -120,6 +120,10 @@ def _define_data_and_model_flags():
     cli.define_data_flags({name: data_defaults[name] for name in _DATA_DEFAULTS_FROM_INPUTS} | {"keep_accents": False},
                           note=" Default: the records' (corpus_info.json).")
     _define("integer", "n_token", "Vocabulary size (default: the records' vocab_size).")
+    flags.DEFINE_string("sp_path", None, "The SentencePiece model the records were made with, where it is now: a "
+                        "cache-backed save_dir (create --nowrite_records) makes its records with it, and finds it "
+                        "where create ran (or beside the save_dir as it was, if the two moved together) without "
+                        "this flag. Checked by its sha256 against the records' record_info.")
     _define("integer", "perm_size", "Factorization-order block size (default: reuse_len).")
     # Model.
     _define("string", "xlnet_config", "Take the model shape (n_layer ... n_token) from this xlnet_config.json, e.g. a "
@@ -165,7 +169,7 @@ def config_from_flags():
     if FLAGS.use_tpu:
         raise ConfigError("--use_tpu=True: train_gpu does not switch to TPU ops with it; to train on a TPU use "
                           "--strategy=tpu --tpu=NAME")
-    record_dirs = settings.find_record_dirs(FLAGS.record_info_dir)
+    record_dirs = settings.find_record_dirs(FLAGS.record_info_dir, FLAGS.sp_path)
     resolved = settings.train_settings(
         record_dirs, given={flag: FLAGS[flag].value for flag in settings.TRAIN_FLAGS if FLAGS[flag].present},
         defaults={flag: FLAGS[flag].value for flag in settings.TRAIN_FLAGS})
@@ -178,7 +182,7 @@ def config_from_flags():
         seq_len=data["seq_len"], reuse_len=data["reuse_len"], perm_size=FLAGS.perm_size or data["reuse_len"],
         bsz_per_host=data["train_batch_size"], num_predict=data["num_predict"],
         num_core_per_host=data["num_core_per_host"], bi_data=data["bi_data"], mask_alpha=data["mask_alpha"],
-        mask_beta=data["mask_beta"], uncased=data["uncased"], num_passes=FLAGS.num_passes)
+        mask_beta=data["mask_beta"], uncased=data["uncased"], num_passes=FLAGS.num_passes, sp_path=FLAGS.sp_path)
 
     shape = {name: FLAGS[name].value for name in SHAPE_FLAGS} | {"n_token": data["n_token"]}
     model = origin = None

@@ -12,7 +12,9 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 import time
+import types
 from multiprocessing.connection import wait
 
 from xlnet_data.common import fileio
@@ -98,6 +100,23 @@ def _worker_main(conn, parent_pid, initializer):
             conn.send(("failed", RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
 
 
+@contextlib.contextmanager
+def _main_left_alone():
+    """Within the block, a spawned process does not import the parent's __main__ (multiprocessing's spawn and
+    forkserver both would, to unpickle what the main script defined). A worker runs library functions only, so
+    it has no need of it; imported, a user's script without an `if __name__ == "__main__":` guard would run
+    again in every worker (which would start workers of its own). The spawned process reads sys.modules'
+    __main__ while it is being started (multiprocessing.spawn.get_preparation_data, in Process.start), and a
+    __main__ with neither __spec__ nor __file__, as in an interactive session, is not imported: the same on
+    Linux, macOS and Windows."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 class Workers:
     """`num_workers` worker processes (spawned: the parent may hold threads); `run(...)` shares jobs out to them.
 
@@ -120,7 +139,8 @@ class Workers:
                 parent_end, worker_end = context.Pipe()
                 process = context.Process(target=_worker_main, args=(worker_end, os.getpid(), initializer),
                                           daemon=True)
-                process.start()
+                with _main_left_alone():
+                    process.start()
                 worker_end.close()
                 self.workers.append((process, parent_end))
         except BaseException:

@@ -1,13 +1,18 @@
 """A unit's record_info JSON beyond the original's keys (`filenames`, `num_batch`): what create adds to it."""
 
 import dataclasses
+import os
 from typing import Optional
 
+from xlnet_data.common import fileio
 from xlnet_data.dataformat.corpus_info import ABSENT_MEANS
 
 COUNTS = ("files", "lines", "tokens", "records", "num_batch", "dropped_tokens", "invalid_utf8_lines", "skipped_files")
 COUNTS_KEY = "create_counts"  # record_info's key for a unit's COUNTS, read back by runners without metrics
 TOKEN_CACHE_KEY = "token_cache"  # record_info's key of a cache-backed unit (no records): which cache makes them
+# A unit's SentencePiece model relative to the save_dir (create_settings' sp_path is absolute, and is compared by
+# re-runs): the model is found again where the save_dir and the model moved together (recorded_model).
+SP_PATH_KEY = "sp_path_from_save_dir"
 INPUT_COUNTS_KEY = "input_counts"
 INPUT_COUNTS = ("chars", "tokens", "unk", "marks", "arabic_marks")  # of an input file: see input_counts
 
@@ -47,6 +52,21 @@ def created_num_core(settings: dict) -> Optional[int]:
     if "num_core_per_host" not in settings:
         return None
     return settings["num_core_per_host"] if settings.get("use_tpu", True) else 1
+
+
+def recorded_model(info_path: str, info: dict) -> str:
+    """Where a unit's SentencePiece model is by its record_info (`info`, read from save_dir/tfrecords/`info_path`):
+    create's sp_path, else, where that is gone, SP_PATH_KEY's path from the save_dir, which still leads to it
+    when the save_dir and its model moved (or are mounted elsewhere) together; "" where it names none."""
+    settings = info.get(SETTINGS_KEY)
+    recorded = settings.get("sp_path", "") if isinstance(settings, dict) else ""
+    from_save_dir = info.get(SP_PATH_KEY)
+    if isinstance(from_save_dir, str) and not fileio.exists(recorded):
+        root = os.path.dirname(os.path.dirname(os.path.abspath(info_path)))
+        moved = os.path.normpath(os.path.join(root, from_save_dir))
+        if fileio.exists(moved):
+            return moved
+    return recorded
 
 
 def recorded_create_settings(info: dict):

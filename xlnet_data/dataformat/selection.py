@@ -18,8 +18,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
+from xlnet_data.common.config_types import check_field_types
 from xlnet_data.common.errors import UserError
-from xlnet_data.dataformat import provenance, record_reader, save_dir, settings, validation, vocab
+from xlnet_data.dataformat import provenance, record_info, record_reader, save_dir, settings, validation, vocab
 from xlnet_data.dataformat.examples import generated
 from xlnet_data.dataformat.inspection import DecodedExample, decode_example, is_backward_row
 from xlnet_data.dataformat.settings import RecordsSettings
@@ -43,6 +44,9 @@ class SelectionConfig:
     sp_path: Optional[str] = None
     corpus_info: Optional[str] = None
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # settings.READ_KEYS -> value
+
+    def __post_init__(self):
+        check_field_types(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,14 +108,14 @@ def select(config: SelectionConfig) -> Selection:
         for unit in cache_units or ():
             generated.check_corpus_info(found.corpus_info_path, found.corpus_info, unit)
     warnings = list(found.warnings)
-    sp, sp_where = _sentencepiece(config.sp_path, found, model_sha256, warnings)
+    sp, sp_where = _sentencepiece(config.sp_path, found, model_sha256, warnings, files, cache_units)
     return Selection(config, files, cache_units, found, sp, sp_where, warnings)
 
 
 def _find(config: SelectionConfig):
     """(files, where corpus_info.json may be, cache units or None) of the PATHs, --task/--pass_id applied;
     each records file checked against its record_info."""
-    cache_units = _cache_units(config.paths, config.task, config.pass_id)
+    cache_units = _cache_units(config.paths, config.task, config.pass_id, config.sp_path)
     if cache_units:  # a cache-backed save_dir: its units' record_infos stand for the files
         return [unit.info_path for unit in cache_units], [save_dir.corpus_info_path(config.paths[0])], cache_units
     files, candidates = resolve_inputs(config.paths)
@@ -123,14 +127,27 @@ def _find(config: SelectionConfig):
     return files, candidates, None
 
 
-def _sentencepiece(sp_path, found: RecordsSettings, model_sha256, warnings):
-    """(the SentencePiece model, where it is) to decode ids by: --sp_path, else corpus_info.json's sp_path
-    (which must be the model the records were made with); (None, None) with a warning where there is none."""
+def _sentencepiece(sp_path, found: RecordsSettings, model_sha256, warnings, files, cache_units):
+    """(the SentencePiece model, where it is) to decode ids by: --sp_path, else corpus_info.json's sp_path, else
+    a cache-backed unit's (which check_cache found and checked); (None, None) with a warning where there is
+    none. Either must be the model the records were made with, where their record_infos say which (sha256):
+    another model of the same size would decode every id, into the wrong text."""
     if sp_path:
-        return vocab.load_sentencepiece(sp_path), sp_path
+        sp = vocab.load_sentencepiece(sp_path)
+        if model_sha256 and provenance.sha256_of(sp_path) not in model_sha256:
+            raise InspectionError(f"--sp_path={sp_path} is not the SentencePiece model the records were made with "
+                                  "(their record_info's made_from.model_sha256 is another): pass that model, or "
+                                  "leave --sp_path out to use corpus_info.json's")
+        return sp, sp_path
     info = found.corpus_info
     declared = info.sp_path if info else None
     where = resolve_sp_path(declared, found.corpus_info_path, info.input_glob if info else None)
+    if not where and cache_units:
+        where = cache_units[0].sp_path
+    elif not where and files:  # the save_dir and its model moved: the unit's record_info knows where
+        info_path = save_dir.record_info_of(files[0])
+        where = record_info.recorded_model(info_path, save_dir.read_json(info_path)) if os.path.isfile(info_path) else ""
+        where = where if where and os.path.isfile(where) else None
     if not where:
         why = f"corpus_info.json's sp_path {declared!r} not found" if declared else "no SentencePiece model known"
         warnings.append(f"{why}: showing ids, no word statistics (pass --sp_path)")
@@ -167,11 +184,12 @@ def _of_unit(path, task, pass_id):
     return parsed is not None and task in (None, parsed.task) and pass_id in (None, parsed.pass_id)
 
 
-def _cache_units(paths, task, pass_id):
-    """The selected units of a cache-backed save_dir given as the only PATH, else None."""
+def _cache_units(paths, task, pass_id, sp_path=None):
+    """The selected units of a cache-backed save_dir given as the only PATH (sp_path: where its SentencePiece
+    model is now, None: where create recorded it), else None."""
     if len(paths) != 1 or not os.path.isdir(paths[0]):
         return None
-    found = generated.find_cache_units(paths[0])
+    found = generated.find_cache_units(paths[0], sp_path)
     if not found:
         return None
     chosen = [unit for unit in found if _of_unit(unit.info_path, task, pass_id)]
@@ -199,6 +217,9 @@ def resolve_inputs(paths):
             folder = save_dir.tfrecords_dir(path)
             found = sorted(os.path.join(folder, n) for n in os.listdir(folder)
                            if save_dir.is_record_file(n) and os.path.isfile(os.path.join(folder, n)))
+            if not found and generated.find_cache_units(path):
+                raise InspectionError(f"{path} is cache-backed (create --nowrite_records: its records are made from "
+                                      "its token cache): give it as the only path, alone")
             if not found:
                 raise InspectionError(f"no tfrecords files in {folder}")
             files.extend(found)
@@ -225,9 +246,17 @@ def resolve_inputs(paths):
 
 
 
-def read_examples(*paths, verify_crc=True):
+def read_examples(*paths, verify_crc=True, sp_path=None):
     """Every example of the records at `paths` (save_dirs, tfrecords/ folders, files or globs), in order,
-    as {feature name: int64 array}; a damaged file raises RecordError naming the file and record."""
+    as {feature name: int64 array}; a damaged file raises RecordError naming the file and record. A
+    cache-backed save_dir (create --nowrite_records) gives the records it stands for, made from its token
+    cache (its SentencePiece model at `sp_path`, if it moved)."""
+    cache_units = _cache_units(list(paths), None, None, sp_path)
+    for unit in cache_units or ():
+        for index, payload in enumerate(generated.unit_payloads(unit)):
+            yield record_reader.parse_example(payload, unit.settings.seq_len, None, unit.info_path, index)
+    if cache_units:
+        return
     files, _ = resolve_inputs(list(paths))
     for path in files:
         for _, features in record_reader.read_numbered_examples(path, verify_crc=verify_crc):

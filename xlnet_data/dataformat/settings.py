@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
 from xlnet_data.common.errors import ConfigError
-from xlnet_data.dataformat import save_dir, validation
+from xlnet_data.dataformat import provenance, save_dir, validation
 from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples import generated
 
@@ -83,20 +83,24 @@ class RecordDir:
     corpus_info: Optional[CorpusInfo]
 
 
-def find_record_dirs(record_info_dir: str) -> list[RecordDir]:
+def find_record_dirs(record_info_dir: str, sp_path: Optional[str] = None) -> list[RecordDir]:
     """The comma-separated record dirs, each checked (its units one run's, its corpus_info.json against its
-    records or token cache); ConfigError when one holds no records."""
+    records or token cache; `sp_path`, a --sp_path given, against the model they were made with); ConfigError
+    when one holds no records."""
     found = []
     for given in record_info_dir.split(","):
         tfrecords = save_dir.tfrecords_dir(given)
         if not save_dir.record_info_paths(tfrecords):
             raise ConfigError(f"--record_info_dir: no records (record_info-*.json) in {os.path.abspath(tfrecords)}")
-        validation.check_units_agree(tfrecords)
+        model_sha256 = validation.check_units_agree(tfrecords)
+        if sp_path and model_sha256 and provenance.sha256_of(sp_path) != model_sha256:
+            raise ConfigError(f"--sp_path={sp_path} is not the SentencePiece model the records of {given} were made "
+                              "with (their record_info's made_from.model_sha256 is another); give that model")
         path = save_dir.find_corpus_info(tfrecords)
         info = CorpusInfo.read(path) if path else None
         if info:
             validation.check_corpus_info(path, info, tfrecords)
-        for unit in generated.find_cache_units(tfrecords):  # create --write_records=false: its token cache
+        for unit in generated.find_cache_units(tfrecords, sp_path):  # create --write_records=false: its token cache
             generated.check_cache(unit)
             if info:
                 generated.check_corpus_info(path, info, unit)
@@ -116,6 +120,18 @@ def train_settings(record_dirs: Sequence[RecordDir], given: Mapping[str, Any],
         raise ConfigError(f"{', '.join(missing)} needed: no corpus_info.json next to {record_dirs[0].tfrecords} to "
                           "read them from")
     return values
+
+
+def check_train_config(tfrecords_dirs: Sequence[str], given: Mapping[str, Any], fields: Mapping[str, str]) -> None:
+    """The Python API's train_settings: a TrainConfig states every setting itself (its defaults are the original
+    train_gpu.py's, not the records'), so each must agree with every record dir's corpus_info.json. given: {flag
+    of TRAIN_FLAGS: the config's value}; fields: {flag: the field's name for the message}. ConfigError names the
+    field, the records' value and the file."""
+    def contradiction(flag, value, key, recorded, where):
+        return (f"{fields[flag]}={value!r} contradicts the records: {key}={recorded!r} in {where}; set it to the "
+                "records' value")
+    infos = [(path, CorpusInfo.read(path)) for path in map(save_dir.find_corpus_info, tfrecords_dirs) if path]
+    resolve(infos, {flag: TRAIN_FLAGS[flag] for flag in given}, given, {}, contradiction=contradiction)
 
 
 # ----- dump --------------------------------------------------------------------------------------------------

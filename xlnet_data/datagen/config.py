@@ -4,6 +4,7 @@ import dataclasses
 import os
 from typing import Optional
 
+from xlnet_data.common.config_types import check_field_types
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.common.fileio import is_remote
 from xlnet_data.dataformat.examples.loop import num_predict_parts
@@ -51,6 +52,9 @@ class CreateConfig:
     strict: bool = False  # invalid UTF-8 stops the run instead of being replaced
     allow_binary: bool = False  # read files with NUL bytes or mostly invalid UTF-8 instead of refusing them
     write_records: bool = True  # False: keep the token cache; train_gpu and dump make the records from it
+
+    def __post_init__(self):
+        check_field_types(self)
 
     @property
     def num_core(self) -> int:

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from typing import Optional
 
 from xlnet_data.common import fileio
-from xlnet_data.dataformat import save_dir
+from xlnet_data.dataformat import record_info, save_dir
 from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples import generated
+from xlnet_data.dataformat.examples.loop import Unit
 from xlnet_data.datagen import run_lock
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import CreateError, make_plan, prepare_save_dir
@@ -21,6 +22,7 @@ class CreateSummary:
     """What a run wrote, over its units (units skipped as complete already are not counted)."""
 
     units: tuple[UnitResult, ...]
+    replaced_records: tuple[int, int] = (0, 0)  # (files, bytes) of records removed: the token cache stands for them
 
     @property
     def written(self) -> list[UnitResult]:
@@ -52,7 +54,12 @@ class CreateSummary:
                 f"in {self.total('num_batch')} batches, {self.total('dropped_tokens')} tail tokens dropped, "
                 f"{self.per_input('invalid_utf8_lines')} invalid UTF-8 lines replaced, "
                 f"{self.per_input('skipped_files')} files without tokens skipped, {unk} <unk> read, {stripped}"
-                f"{seconds:.1f} s")
+                f"{self._replaced_text()}{seconds:.1f} s")
+
+    def _replaced_text(self) -> str:
+        files, nbytes = self.replaced_records
+        return (f"{files} records file(s) of an earlier run removed ({nbytes / 1e6:.1f} MB freed: the token cache "
+                "makes the same records), " if files else "")
 
     def marks_warning(self) -> Optional[str]:
         """One line when the accent removal (keep_accents off) changed at least MARKS_WARNING_SHARE of a file's
@@ -83,6 +90,8 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
     The save_dir is locked for the run (a second run on it raises run_lock.SaveDirBusy) and the stale
     temporary files of killed runs are removed. Units already complete are skipped unless `overwrite`; the
     token cache (each task encoded once for all its passes) is deleted at the end unless `keep_cache`.
+    With write_records off, the records files of units now cache-backed (an earlier run's) are removed at the
+    end (CreateSummary.replaced_records).
     Runs on local worker processes (`num_workers`, default: the CPU count), or as an Apache Beam
     pipeline with options `beam_args` (beam_runner.pipeline_args makes and checks them, e.g.
     ["--runner=DirectRunner"]). Raises
@@ -117,7 +126,8 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
             _remove_corpus_info_without_units(config.save_dir)
             raise CreateError(f"the corpus is empty: the files of --input_glob={config.input_glob} hold no token "
                               "(only blank lines, without --use_eod); nothing written")
-        summary = CreateSummary(tuple(results))
+        replaced = (0, 0) if config.write_records else _remove_replaced_records(config)
+        summary = CreateSummary(tuple(results), replaced)
         _record_input_counts(config.save_dir, summary.input_counts)
     return summary
 
@@ -131,6 +141,24 @@ def _record_input_counts(save_dir_path, counts):
     info = CorpusInfo.read(path)
     earlier = info.extra.get("input_counts", {})
     dataclasses.replace(info, extra={**info.extra, "input_counts": {**earlier, **counts}}).write(path)
+
+
+def _remove_replaced_records(config):
+    """--nowrite_records on a save_dir of records: the records file of each unit whose record_info is cache-backed
+    now is removed, since nothing reads it any more (run_unit wrote that record_info, atomically, after its token
+    cache was complete: a run that failed before leaves the old record_info and its records). Returns (files,
+    bytes) removed."""
+    files = nbytes = 0
+    for unit in (Unit(task, pass_id) for task in config.tasks for pass_id in config.pass_ids):
+        record_path, info_path = config.unit_paths(unit)
+        if not fileio.exists(info_path) or not record_info.is_cache_backed(save_dir.read_json(info_path)):
+            continue
+        for path in (record_path, record_path + ".gz"):
+            if fileio.exists(path):
+                nbytes += fileio.size(path)
+                fileio.remove(path)
+                files += 1
+    return files, nbytes
 
 
 def _remove_corpus_info_without_units(save_dir_path):

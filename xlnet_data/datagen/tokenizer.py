@@ -25,6 +25,7 @@ import numpy as np
 import sentencepiece as spm
 
 from xlnet_data.common import fileio, workers
+from xlnet_data.common.config_types import check_field_types
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat import vocab
 from xlnet_data.datagen import corpus
@@ -50,7 +51,7 @@ class SpmTrainError(UserError, ValueError):
 class SpmTrainConfig:
     """What to train; the defaults are the original README's recipe."""
 
-    input_files: tuple
+    input_files: tuple[str, ...]
     model_prefix: str
     vocab_size: int = 32000
     model_type: str = "unigram"
@@ -64,10 +65,9 @@ class SpmTrainConfig:
     keep_accents: bool = False  # create's default: the original's accent removal
 
     def __post_init__(self):
-        files = self.input_files
-        files = (files,) if isinstance(files, (str, os.PathLike)) else tuple(files)
-        object.__setattr__(self, "input_files", tuple(os.fspath(f) for f in files))
-        object.__setattr__(self, "model_prefix", os.fspath(self.model_prefix))
+        if isinstance(self.input_files, (str, os.PathLike)):  # one file
+            object.__setattr__(self, "input_files", (self.input_files,))
+        check_field_types(self)
 
 
 def expand_inputs(spec):

@@ -7,6 +7,7 @@ a unit's stream is read, its records written and its record_info, last, marks it
 import dataclasses
 import functools
 import logging
+import os
 from collections.abc import Callable
 from typing import Optional
 
@@ -114,6 +115,8 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
     else:
         info["filenames"] = []
         info[record_info.TOKEN_CACHE_KEY] = token_cache.cache_reference(config.save_dir, config.sp_path, index)
+    if not (fileio.is_remote(config.save_dir) or fileio.is_remote(config.sp_path)):
+        info[record_info.SP_PATH_KEY] = os.path.relpath(config.sp_path, config.save_dir)
     if made_from is not None:  # what the unit was made from, and the size its records file must have
         info[provenance.MADE_FROM] = ({**made_from, "record_bytes": fileio.size(record_path)} if config.write_records
                                       else made_from)

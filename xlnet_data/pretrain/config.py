@@ -19,6 +19,7 @@ import re
 from typing import Optional
 
 from xlnet_data.common import fileio
+from xlnet_data.common.config_types import check_field_types
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import save_dir
 
@@ -51,6 +52,7 @@ class XLNetConfig:
     n_token: int = 32000
 
     def __post_init__(self):
+        check_field_types(self)
         if self.ff_activation not in ACTIVATIONS:
             raise ConfigError(f"ff_activation must be one of {ACTIVATIONS}, got {self.ff_activation!r}")
         for name, most in _SHAPE_LIMITS.items():
@@ -95,6 +97,7 @@ class RunConfig:
     init_range: float = 0.1
 
     def __post_init__(self):
+        check_field_types(self)
         if self.attn_type not in ("bi", "uni"):
             raise ConfigError(f"attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
         if self.init not in INITS:
@@ -143,8 +146,10 @@ class InputConfig:
     uncased: bool = False
     split: str = "train"
     num_passes: Optional[int] = None
+    sp_path: Optional[str] = None  # a cache-backed save_dir's SentencePiece model, where it is now (None: as recorded)
 
     def __post_init__(self):
+        check_field_types(self)
         non_reuse_len = self.seq_len - self.reuse_len
         if not 0 < self.reuse_len < self.seq_len:
             raise ConfigError(f"need 0 < reuse_len ({self.reuse_len}) < seq_len ({self.seq_len})")
@@ -209,6 +214,7 @@ class TrainConfig:
     peak_tflops: Optional[float] = None  # one device's dense peak, for the MFU (None: PEAK_TFLOPS by its name)
 
     def __post_init__(self):
+        check_field_types(self)
         def need(ok, message):
             if not ok:
                 raise ConfigError(message)
@@ -263,6 +269,9 @@ class ExportConfig:
     uncased: bool = False
     keep_accents: bool = False
     overwrite: bool = False
+
+    def __post_init__(self):
+        check_field_types(self)
 
 
 # A part of a device name, as tf.DeviceSpec.from_string reads it: /job:NAME, /replica:N, /task:N, and the device,

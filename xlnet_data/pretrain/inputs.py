@@ -85,7 +85,7 @@ def find_records(record_info_dir: str, config: InputConfig) -> RecordInfo:
             batches = validation.read_num_batch(info_path, info)
             num_batch += batches
             if record_info.is_cache_backed(info):
-                cache_units.append(generated.cache_unit(info_path, info, batches))
+                cache_units.append(generated.cache_unit(info_path, info, batches, config.sp_path))
                 continue
             files = save_dir.record_files(info_path, info)
             filenames += files

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_data.common.errors import UserError
-from xlnet_data.dataformat import token_cache, validation
+from xlnet_data.dataformat import settings, token_cache, validation
 from xlnet_data.dataformat.examples.generated import check_cache
 from xlnet_data.dataformat.record_reader import RecordError, read_numbered_examples
 from xlnet_data.pretrain.cache_input import CacheFeed
@@ -118,9 +118,19 @@ class Source:
     feed: Optional[CacheFeed] = None  # a cache-backed source's generation (its stream's positions are checkpointed)
 
 
+# The settings a TrainConfig must share with the records' corpus_info.json: train_gpu's flag -> the field.
+_RECORD_FIELDS = {"train_batch_size": "InputConfig.bsz_per_host", "n_token": "XLNetConfig.n_token",
+                  **{flag: f"InputConfig.{flag}" for flag in ("num_core_per_host", "seq_len", "reuse_len", "bi_data", "uncased",
+                                                       "mask_alpha", "mask_beta", "num_predict")}}
+
+
 def check_records(cfg: TrainConfig) -> None:
-    """Before training: every unit's files hold the records its record_info lists (a cheap walk over the frames;
+    """Before training: the config's data settings are the records' (corpus_info.json; ConfigError names the one
+    that is not), and every unit's files hold the records its record_info lists (a cheap walk over the frames;
     RecordError names the file, the record and the byte where they do not)."""
+    objects = {"InputConfig": cfg.data, "XLNetConfig": cfg.model}
+    given = {flag: getattr(objects[field.split(".")[0]], field.split(".")[1]) for flag, field in _RECORD_FIELDS.items()}
+    settings.check_train_config(cfg.record_info_dir.split(","), given, _RECORD_FIELDS)
     for name in cfg.sources:
         found = find_records(name, cfg.data)
         for info_path, num_batch, files in found.units:

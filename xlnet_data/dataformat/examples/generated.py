@@ -47,8 +47,10 @@ class CacheUnit:
     word_boundaries: str = "spaces"  # create --word_boundaries: the cache holds the word starts the masks follow
 
 
-def cache_unit(info_path: str, info: dict, num_batch: int) -> CacheUnit:
-    """The CacheUnit of a record_info (`info`, read from `info_path`); SaveDirError when it cannot say one."""
+def cache_unit(info_path: str, info: dict, num_batch: int, sp_path: Optional[str] = None) -> CacheUnit:
+    """The CacheUnit of a record_info (`info`, read from `info_path`); SaveDirError when it cannot say one.
+    sp_path: where its SentencePiece model is now (a reader's --sp_path), else where create recorded it
+    (record_info.recorded_model); check_cache checks that it is the model by its sha256."""
     settings, reference = info.get(record_info.SETTINGS_KEY), info.get(record_info.TOKEN_CACHE_KEY)
     parsed = save_dir.parse_name(info_path)
     if not isinstance(settings, dict) or not isinstance(reference, dict) or parsed is None or parsed.task is None:
@@ -56,7 +58,8 @@ def cache_unit(info_path: str, info: dict, num_batch: int) -> CacheUnit:
                                     "re-create the unit")
     root = os.path.dirname(os.path.dirname(os.path.abspath(info_path)))  # save_dir/tfrecords/record_info-…
     return CacheUnit(info_path, num_batch, Unit(parsed.task, parsed.pass_id),
-                     ExampleSettings.from_create_settings(settings), root, settings.get("sp_path", ""), reference,
+                     ExampleSettings.from_create_settings(settings), root,
+                     sp_path or record_info.recorded_model(info_path, info), reference,
                      settings.get("word_boundaries", "spaces"))
 
 
@@ -85,10 +88,13 @@ def check_cache(unit: CacheUnit) -> token_cache.CacheIndex:
     sp_path = unit.sp_path
     if not fileio.exists(sp_path):
         raise TokenCacheError(f"{unit.info_path}: the SentencePiece model {sp_path} (its create_settings' sp_path, "
-                              "needed to mask whole-word spans) is missing; put it back there")
-    if provenance.sha256_of(sp_path) != ref.get("sp_sha256"):
-        raise TokenCacheError(f"{sp_path} is not the SentencePiece model {unit.info_path} was made with (another "
-                              f"file now); put the original back, or {_rerun_hint(unit)}")
+                              "needed to mask whole-word spans) is missing; put it back there, or give its new "
+                              "place (--sp_path)")
+    sha256 = provenance.sha256_of(sp_path)
+    if sha256 != ref.get("sp_sha256"):
+        raise TokenCacheError(f"{sp_path} is not the SentencePiece model {unit.info_path} was made with (sha256 "
+                              f"{sha256[:12]}..., the unit's {str(ref.get('sp_sha256'))[:12]}...); give that model "
+                              f"(--sp_path), or {_rerun_hint(unit)}")
     return index
 
 
@@ -241,14 +247,14 @@ def unit_payloads(unit: CacheUnit, vocab_size=None):
             yield bytes(view[offset:offset + length])
 
 
-def find_cache_units(path: str) -> list[CacheUnit]:
+def find_cache_units(path: str, sp_path: Optional[str] = None) -> list[CacheUnit]:
     """The cache-backed units of a save_dir (or its tfrecords/ folder), in stream order (sorted record_info names,
-    as train_gpu reads them); [] when it has none."""
+    as train_gpu reads them); [] when it has none. sp_path: as cache_unit's."""
     found = []
     for info_path in save_dir.record_info_paths(save_dir.tfrecords_dir(path)):
         info = save_dir.read_json(info_path)
         if record_info.is_cache_backed(info):
-            found.append(cache_unit(info_path, info, int(info.get("num_batch", 0))))
+            found.append(cache_unit(info_path, info, int(info.get("num_batch", 0)), sp_path))
     return found
 
 
