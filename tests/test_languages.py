@@ -8,6 +8,7 @@ The sentences are hand-written, a few per language, in XLNet's input format. One
 import dataclasses
 import json
 import logging
+import re
 import unicodedata
 
 import numpy as np
@@ -203,6 +204,15 @@ def test_create_cli_ends_with_one_warning_line_naming_the_file(accents_model, tm
     last = result.stderr.strip().splitlines()[-1]
     assert f"{corpus}/th.txt" in last and "--keep_accents" in last and "of the characters" in last, last
     assert "letters lost a mark" in result.stderr.strip().splitlines()[-2]  # the summary counts them
+    # The progress line's last state agrees with the summary: units, tokens encoded, records, 100%
+    from xlnet_data.common.progress import format_count
+    progress = [line for line in result.stderr.splitlines() if line.startswith("units ")][-1]
+    summary = re.search(r"done: (\d+) unit\(s\), \d+ tokens \((\d+) encoded, once for all passes\), (\d+) records",
+                        result.stderr)
+    units, encoded, records = map(int, summary.groups())
+    assert progress.startswith(f"units {units}/{units} | ")
+    assert f"| encoded {format_count(encoded)} tokens | records {format_count(records)} |" in progress
+    assert "| 100% |" in progress
 
 
 def test_a_file_in_a_script_the_model_does_not_know_is_warned_about(accents_model, tmp_path, caplog):
