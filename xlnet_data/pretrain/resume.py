@@ -172,8 +172,8 @@ def check_model_dir(cfg: TrainConfig, chief: bool) -> None:
     # rewritten by every run, since a resumed run may change them.
     settings = {**dataclasses.asdict(cfg.run), "seq_len": cfg.data.seq_len, "perm_size": cfg.data.perm_size,
                 "num_predict": cfg.data.num_predict, "uncased": cfg.data.uncased,
-                # the records' SentencePiece model(s), for export_hf to ship the very tokenizer
-                "sp_model_sha256": records_models(cfg.record_info_dir)}
+                # the records and their SentencePiece model(s), for export_hf to ship the very tokenizer
+                "record_info_dir": cfg.record_info_dir, "sp_model_sha256": records_models(cfg.record_info_dir)}
     keep_accents = records_keep_accents(cfg.record_info_dir)
     if keep_accents is not None:  # else export_hf takes its flag
         settings["keep_accents"] = keep_accents
