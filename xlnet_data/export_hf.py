@@ -82,6 +82,9 @@ def _sp_path(run_config, recorded, records) -> str:
         where = f" (the records' {made_with[0][1]} is gone)" if made_with else ""
         raise ConfigError(f"--sp_path is needed: the SentencePiece model the records were made with{where}")
     expected = (recorded or {}).get("sp_model_sha256")
+    if expected and provenance.sha256_of(sp_path) not in expected and not FLAGS.sp_path:
+        raise ConfigError(f"{sp_path}, the records' sp_path, has changed since they were made ({run_config} records "
+                          "another sha256): pass --sp_path=<the model they were made with>")
     if expected and provenance.sha256_of(sp_path) not in expected:
         named = (f"{made_with[0][1]} (sp_path in {made_with[0][0]})" if made_with
                  else f"the model of sha256 {expected[0][:12]}...")
