@@ -106,9 +106,13 @@ def test_backward_rows_and_runs():
 
 def test_render_pieces_marks_masked():
     pieces = ["▁Alice", "▁was", "▁beg", "inning", "<eop>"]
-    assert inspection.render_pieces(pieces, [0, 0, 1, 1, 0]) == "Alice was [▁beg][inning]<eop>"
+    assert inspection.render_pieces(pieces, [0, 0, 1, 1, 0]) == "Alice was ⟦▁beg⟧⟦inning⟧<eop>"
+    # Markers that the text's brackets cannot be mistaken for (`[rɐˈsjijə[],]` with plain ones), nor its own ⟦⟧.
+    brackets = ["▁[", "rɐˈsjijə", "[", "]", ",", "]"]
+    assert inspection.render_pieces(brackets, [0, 0, 0, 1, 0, 0]) == "[rɐˈsjijə[⟦]⟧,]"
+    assert inspection.render_pieces(["▁⟦a⟧", "b"], [0, 1]) == "⟦a⟧««b»»"
     coloured = inspection.render_pieces(pieces, [1, 0, 0, 0, 0], color=True)
-    assert "\x1b[" in coloured and "[▁Alice]" in coloured
+    assert "\x1b[" in coloured and "⟦▁Alice⟧" in coloured
 
 
 def test_compute_stats_words_and_cuts():
@@ -187,7 +191,7 @@ def test_text_view_shows_alice_with_masks(g1, sp, tmp_path):
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "alice" in out and "rabbit" in out          # g1 is uncased Alice in Wonderland
-    assert "[▁" in out and "\x1b[" not in out
+    assert "⟦▁" in out and "\x1b[" not in out
     assert "# 8 example(s) shown; all checks pass" in out
     first = out.split("#0 ", 1)[1].split("\n\n", 1)[0]
     label = g1[0]["label"][0]
@@ -197,7 +201,7 @@ def test_text_view_shows_alice_with_masks(g1, sp, tmp_path):
     shown = "".join(ln.split(" | ", 1)[1] for ln in part_lines)
     masked_pieces = [sp.id_to_piece(i) for i, m in zip(g1[0]["input"], g1[0]["is_masked"]) if m]
     assert len(masked_pieces) == 21
-    assert shown.count("[") == 21 and all(f"[{p}]" in shown for p in masked_pieces)
+    assert shown.count("⟦") == 21 and all(f"⟦{p}⟧" in shown for p in masked_pieces)
     assert "124/124 next-token positions" in first
     # a backward row (bsz 8, 1 core: rows 4-7) is flipped back into reading order
     fifth = out.split("#5 ", 1)[1].split("\n\n", 1)[0]

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import unicodedata
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,8 +73,9 @@ def trained(records, sample_spm, tmp_path_factory):
     result = _ok(run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}",
                             *TINY_SHAPE, "--learning_rate=1e-3", "--warmup_steps=10", f"--train_steps={TRAIN_STEPS}",
                             "--iterations=10"))
-    _ok(run_module("xlnet_data.export_hf", f"--model_dir={model_dir}", f"--sp_path={sample_spm}",
-                   f"--output_dir={export_dir}"))
+    # No --sp_path: the records' (run_config.json names them)
+    export = _ok(run_module("xlnet_data.export_hf", f"--model_dir={model_dir}", f"--output_dir={export_dir}"))
+    (base / "export.log").write_text(export.stderr)
     return model_dir, export_dir, _losses(result.stderr)
 
 
@@ -99,7 +101,10 @@ def _transformers(export_dir, batches, mems):
     import torch
     from transformers import XLNetLMHeadModel
 
-    model = XLNetLMHeadModel.from_pretrained(str(export_dir)).eval()
+    # As pretrained: the run's settings (config.json has fine-tuning's); the goldens' exports have none
+    pretraining = hf.read_pretraining(str(export_dir)) or {}
+    pretraining |= {"mem_len": pretraining.get("mem_len") or None, "reuse_len": pretraining.get("reuse_len") or None}
+    model = XLNetLMHeadModel.from_pretrained(str(export_dir), **pretraining).eval()
     mems = None if mems is None else [torch.from_numpy(np.asarray(mem)) for mem in mems]
     losses, all_mems = [], []
     for features in batches:
@@ -262,14 +267,19 @@ def test_sharded_and_bfloat16_weights_are_read(trained, tmp_path):
 # ----- importing into train_gpu ------------------------------------------------------------------------
 
 def test_import_continues_training_where_it_left_off(trained, records, tmp_path):
+    """From the export, train_gpu takes the run's mem_len from its xlnet_pretraining.json (config.json has none) and
+    logs the losses it logs from the checkpoint itself."""
     model_dir, export_dir, trained_losses = trained
-    imported = tmp_path / "imported"
-    result = _ok(run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={imported}",
-                            f"--init_checkpoint={export_dir}", "--mem_len=32", "--learning_rate=1e-4",
-                            "--train_steps=10", "--iterations=1"))
+    common = [f"--record_info_dir={records}", "--learning_rate=1e-4", "--train_steps=6", "--iterations=1"]
+    result = _ok(run_module("xlnet_data.train_gpu", *common, f"--model_dir={tmp_path / 'imported'}",
+                            f"--init_checkpoint={export_dir}"))
     assert "model initialised from the Transformers directory" in result.stderr
+    assert f"from {export_dir}/xlnet_pretraining.json: mem_len=32, clamp_len=-1, same_length=False" in result.stderr
     losses = [loss for _, loss in _losses(result.stderr)]
-    assert len(losses) == 10, result.stderr
+    assert len(losses) == 6, result.stderr
+    from_checkpoint = _ok(run_module("xlnet_data.train_gpu", *common, f"--model_dir={tmp_path / 'continued'}",
+                                     f"--init_checkpoint={checkpoints.latest(str(model_dir))}", *TINY_SHAPE))
+    assert losses == [loss for _, loss in _losses(from_checkpoint.stderr)]
     # The first step's loss (before its update) is the trained model's on the first batch, zero memories.
     run = C.RunConfig.from_json(str(model_dir / "run_config.json"))
     model = M.build_model(str(model_dir / "xlnet_config.json"), run, checkpoint=str(model_dir))
@@ -281,7 +291,38 @@ def test_import_continues_training_where_it_left_off(trained, records, tmp_path)
     assert began - ended > 0.7, trained_losses
     assert abs(np.mean(losses) - ended) < 0.25 * (began - ended), (losses, trained_losses)
     # The shape came from the export's config.json.
-    assert C.XLNetConfig.from_json(str(imported / "xlnet_config.json")) == hf.read_config(str(export_dir))[0]
+    assert C.XLNetConfig.from_json(str(tmp_path / "imported" / "xlnet_config.json")) == \
+        hf.read_config(str(export_dir))[0]
+
+
+@needs_transformers
+def test_export_is_ready_for_fine_tuning(trained, records):
+    """config.json has fine-tuning's settings (the run's are in xlnet_pretraining.json): a classifier and the LM head
+    give logits for one text; README.md is a model card that names the data, the tokenizer class and its measured
+    agreement with create."""
+    import torch
+    from transformers import AutoTokenizer, XLNetForSequenceClassification, XLNetLMHeadModel
+
+    _, export_dir, _ = trained
+    config = json.loads((export_dir / "config.json").read_text())
+    assert (config["bi_data"], config["mem_len"], config["reuse_len"]) == (False, None, None)
+    assert json.loads((export_dir / "xlnet_pretraining.json").read_text()) == {
+        "mem_len": 32, "reuse_len": 32, "bi_data": True, "clamp_len": -1, "same_length": False, "attn_type": "bi"}
+    tokenizer = AutoTokenizer.from_pretrained(str(export_dir))
+    batch = tokenizer(["She was very happy with the ball."], return_tensors="pt")
+    length = batch["input_ids"].shape[1]
+    torch.manual_seed(0)
+    with torch.no_grad():
+        classifier = XLNetForSequenceClassification.from_pretrained(str(export_dir), num_labels=2).eval()
+        assert classifier(**batch).logits.shape == (1, 2)
+        logits = XLNetLMHeadModel.from_pretrained(str(export_dir)).eval()(**batch).logits
+    assert logits.shape == (1, length, 1000) and torch.isfinite(logits).all()
+    card = (export_dir / "README.md").read_text()
+    log = (export_dir.parent / "export.log").read_text()
+    agreement = re.search(r"the tokenizer gives create's ids on (\d+) of (\d+) lines", log)
+    assert agreement and agreement[1] == agreement[2] and int(agreement[2]) > 500, log  # 600 lines, blank ones out
+    assert agreement[0] in card and f"`{records}/corpus_info.json`" in card
+    assert "**`AutoTokenizer`**" in card and "Not `XLNetTokenizer`" in card and "mem_len=32" in card
 
 
 def test_import_refuses_another_vocabulary_or_shape_in_one_line(trained, records, tmp_path):
@@ -343,7 +384,7 @@ def test_import_refuses_another_vocabulary_or_shape_in_one_line(trained, records
 
 # ----- export_hf's own checks -------------------------------------------------------------------------
 
-def test_export_refuses_in_one_line(trained, tmp_path):
+def test_export_refuses_in_one_line(trained, records, sample_spm, tmp_path):
     model_dir, export_dir, _ = trained
     cases = [
         ([f"--model_dir={tmp_path}", f"--sp_path={export_dir / 'spiece.model'}", f"--output_dir={tmp_path / 'b'}"],
@@ -360,11 +401,14 @@ def test_export_refuses_in_one_line(trained, tmp_path):
                    f"keep_accents=false in {model_dir}/run_config.json; drop the flag (the tokenizer must normalise "
                    "text as create did)")),
     ]
-    if XLNET_SPM.is_file():
-        # run_config.json records the records' model (issue 27): another one is refused before its size is read
-        cases.append(([f"--model_dir={model_dir}", f"--sp_path={XLNET_SPM}", f"--output_dir={tmp_path / 'a'}"],
-                      rf"export_hf: error: --sp_path={XLNET_SPM} is not the SentencePiece model of the records the "
-                      rf"model was trained on \({model_dir}/run_config.json records its sha256\): pass that model"))
+    # run_config.json records the records' model (issue 27): another one is refused before its size is read, and
+    # the records' is named (issue 36)
+    other = tmp_path / "other.model"
+    other.write_bytes(Path(sample_spm).read_bytes() + b"\0")
+    cases.append(([f"--model_dir={model_dir}", f"--sp_path={other}", f"--output_dir={tmp_path / 'a'}"],
+                  rf"export_hf: error: --sp_path={other} is not the SentencePiece model of the records the "
+                  rf"model was trained on \({model_dir}/run_config.json records its sha256\): pass "
+                  rf"{re.escape(str(sample_spm))} \(sp_path in {records}/corpus_info.json\)"))
     for args, expected in cases:
         result = run_module("xlnet_data.export_hf", *args)
         assert result.returncode == 2, (args, result.stderr)
@@ -453,6 +497,9 @@ LANGUAGE_LINES = {
 # As typed, and decomposed (NFD: text from macOS, where Hangul and accents come as separate code points).
 TOKENIZER_LINES = [line for lines in LANGUAGE_LINES.values() for line in lines]
 TOKENIZER_LINES += [unicodedata.normalize("NFD", line) for line in TOKENIZER_LINES]
+# Thai and Vietnamese as people type them (tests/data/thai_vietnamese.txt, written for these tests): tone marks
+# before the vowel they sit on, Vietnamese decomposed or with only the tone combining, runs of one character.
+TYPED_LINES = (Path(__file__).parent / "data" / "thai_vietnamese.txt").read_text(encoding="utf-8").splitlines()
 SETTINGS = [(False, False), (False, True), (True, False), (True, True)]  # (uncased, keep_accents)
 
 
@@ -470,7 +517,7 @@ def language_spm(tmp_path_factory):
     from xlnet_data.datagen import tokenizer
     base = tmp_path_factory.mktemp("languages")
     text = base / "languages.txt"
-    text.write_text("".join("\n".join(preprocess_texts(TOKENIZER_LINES, uncased, keep_accents)) + "\n"
+    text.write_text("".join("\n".join(preprocess_texts(TOKENIZER_LINES + TYPED_LINES, uncased, keep_accents)) + "\n"
                             for uncased, keep_accents in SETTINGS))
     # Where spm_train normalises its text as create will, it must leave this text as it is: cased, accents kept.
     as_is = {name: value for name, value in (("uncased", False), ("keep_accents", True))
@@ -515,6 +562,30 @@ def test_tokenizer_gives_creates_pieces_in_eleven_languages(language_spm, uncase
     assert hf_tokenizer.tokenizer_settings(str(directory)) == {"uncased": uncased, "keep_accents": keep_accents}
     config = json.loads((directory / "tokenizer_config.json").read_text())
     assert (config["do_lower_case"], config["keep_accents"]) == (uncased, keep_accents)
+
+
+@needs_transformers
+@pytest.mark.parametrize("uncased,keep_accents", SETTINGS)
+def test_tokenizer_gives_creates_ids_on_typed_thai_and_vietnamese_but_float32_ties(language_spm, uncased,
+                                                                                     keep_accents):
+    """Every line gives create's ids, but for ties: two segmentations of the same text with equal score sums
+    (`😘😘` + `😘😘😘` or the other way round), which SentencePiece and `tokenizers` break differently."""
+    from xlnet_data.dataformat.vocab import load_sentencepiece
+    from xlnet_data.datagen import hf_agreement
+
+    sp = load_sentencepiece(language_spm)
+    tokenizer = hf_tokenizer.tokenizer_files(str(language_spm), uncased, keep_accents)["tokenizer.json"].decode()
+    agreement = hf_agreement.measure(sp, tokenizer, TYPED_LINES, uncased, keep_accents)
+    assert agreement.lines == len(TYPED_LINES) == 22 and agreement.differing == 0, agreement
+    assert agreement.describe().startswith(f"the tokenizer gives create's ids on {22 - agreement.ties} of 22 lines")
+    scores = np.array([sp.GetScore(i) for i in range(sp.GetPieceSize())], dtype=np.float32)
+    # A piece that is another one twice (`ออ`, `55`...): [x, xx] and [xx, x] spell the same text, at the same score.
+    pieces = {sp.IdToPiece(i): i for i in range(sp.GetPieceSize())}
+    double, single = next((pieces[p], pieces[p[:len(p) // 2]]) for p in pieces
+                          if len(p) > 1 and p[:len(p) // 2] * 2 == p and p[:len(p) // 2] in pieces)
+    assert hf_agreement._is_tie(sp, scores, [single, double], [double, single])
+    assert not hf_agreement._is_tie(sp, scores, [single, double], [single, single, single])  # another score
+    assert not hf_agreement._is_tie(sp, scores, [single, double], [double])  # another text
 
 
 def test_tokenizer_settings_of_other_directories_and_the_records_check(tmp_path):

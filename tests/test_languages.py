@@ -8,6 +8,7 @@ The sentences are hand-written, a few per language, in XLNet's input format. One
 import dataclasses
 import json
 import logging
+import re
 import unicodedata
 
 import numpy as np
@@ -139,8 +140,16 @@ def test_keep_accents_records_decode_to_every_letter_and_mark_without_unk(accent
 
 def test_without_keep_accents_the_letters_that_lose_a_mark_are_counted_per_file_and_warned(
         accents_model, corpus, tmp_path, caplog):
+    # The model was trained with --keep_accents: create without it is refused, before anything is written, unless
+    # told to go on
     config = CreateConfig(input_glob=str(corpus / "*.txt"), sp_path=accents_model, save_dir=str(tmp_path / "out"),
                           **{**SMALL, "num_passes": 2}).validate()
+    from xlnet_data.datagen.plan import CreateError
+    with pytest.raises(CreateError, match=r"was trained by spm_train --keep_accents .* and create runs with "
+                       r"--nokeep_accents: .*; or pass --allow_accents_mismatch to make the records anyway$"):
+        create_records(config, num_workers=1)
+    assert not (tmp_path / "out").exists()
+    config = dataclasses.replace(config, allow_accents_mismatch=True)
     with caplog.at_level(logging.WARNING, logger="xlnet_data"):
         summary = create_records(config, num_workers=1)
     assert len(summary.written) == 2  # two passes, each file counted once
@@ -169,7 +178,7 @@ def test_without_keep_accents_the_letters_that_lose_a_mark_are_counted_per_file_
 def test_english_and_chinese_get_no_warning(accents_model, tmp_path):
     corpus = _write(tmp_path / "corpus", ["en", "zh"])
     config = CreateConfig(input_glob=str(corpus / "*.txt"), sp_path=accents_model, save_dir=str(tmp_path / "out"),
-                          **SMALL).validate()
+                          allow_accents_mismatch=True, **SMALL).validate()
     summary = create_records(config, num_workers=1)
     assert not any(c["marks"] for c in summary.input_counts.values())
     assert summary.marks_warning() is None
@@ -189,11 +198,21 @@ def test_create_cli_ends_with_one_warning_line_naming_the_file(accents_model, tm
     corpus = _write(tmp_path / "corpus", ["en", "th"])
     result = run_module("xlnet_data.create", f"--input_glob={corpus}/*.txt", f"--sp_path={accents_model}",
                         f"--save_dir={tmp_path / 'out'}", "--nouse_tpu", "--bsz_per_host=1", "--seq_len=32",
-                        "--reuse_len=16", "--num_predict=4", "--nobi_data", "--num_workers=1")
+                        "--reuse_len=16", "--num_predict=4", "--nobi_data", "--num_workers=1",
+                        "--allow_accents_mismatch")
     assert result.returncode == 0, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert f"{corpus}/th.txt" in last and "--keep_accents" in last and "of the characters" in last, last
     assert "letters lost a mark" in result.stderr.strip().splitlines()[-2]  # the summary counts them
+    # The progress line's last state agrees with the summary: units, tokens encoded, records, 100%
+    from xlnet_data.common.progress import format_count
+    progress = [line for line in result.stderr.splitlines() if line.startswith("units ")][-1]
+    summary = re.search(r"done: (\d+) unit\(s\), \d+ tokens \((\d+) encoded, once for all passes\), (\d+) records",
+                        result.stderr)
+    units, encoded, records = map(int, summary.groups())
+    assert progress.startswith(f"units {units}/{units} | ")
+    assert f"| encoded {format_count(encoded)} tokens | records {format_count(records)} |" in progress
+    assert "| 100% |" in progress
 
 
 def test_a_file_in_a_script_the_model_does_not_know_is_warned_about(accents_model, tmp_path, caplog):
@@ -284,3 +303,17 @@ def test_dump_stats_show_the_setting_and_the_unk_share_per_file(kept):
     assert path.endswith(".tfrecords") and counts["unk"] == 0 and counts["pieces"] > 100
     text = run_module("xlnet_data.dump", str(save_dir), "--stats")
     assert "keep_accents True (corpus_info.json)" in text.stdout and "<unk> in input            0 of" in text.stdout
+
+
+def test_the_demo_keeps_the_accents_of_its_spanish_sample():
+    """bin/demo trains and creates with the same --keep_accents (else create now refuses), and with it: the Spanish
+    of sample_corpus/ keeps its ñ (the original's accent removal made `señor` `senor`)."""
+    from conftest import ROOT
+    demo = (ROOT / "bin" / "demo").read_text()
+    commands = [command for command in demo.replace("\\\n", " ").splitlines()
+                if "xlnet_data.spm_train" in command or "xlnet_data.create" in command]
+    assert len(commands) == 2 and all("--keep_accents" in command.split() for command in commands), commands
+    spanish = (ROOT / "sample_corpus" / "reina_valera_1909_marcos_santiago.txt").read_text(encoding="utf-8")
+    line = next(line for line in spanish.splitlines() if "señor" in line.lower())
+    assert "señor" in preprocess_texts([line], True, True)[0].lower()
+    assert "señor" not in preprocess_texts([line], True, False)[0].lower()  # without the flag, the demo showed senor

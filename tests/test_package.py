@@ -241,3 +241,26 @@ def test_only_cli_run_catches_the_user_error_root():
     catching = [path.name for path in sorted(PACKAGE.glob("*.py")) if path.name != "cli.py"
                 and re.search(r"except \(?[\w, ]*UserError", path.read_text())]
     assert catching == []
+
+
+def test_the_readme_tells_a_new_user_what_costs_and_what_to_look_at(sample_spm):
+    """What a user on their own corpus needs (issue 36): the one-document-per-file layout, the records' disk cost and
+    --nowrite_records, how to look at TensorBoard (an extra), and that the README's example outputs stay out of git;
+    languages.md says what decoded Thai gives (SentencePiece's NFKC, not the source's code points)."""
+    import configparser
+
+    import sentencepiece as spm
+
+    readme = (ROOT / "README.md").read_text()
+    own_corpus = readme.split("On your own corpus:", 1)[1].split("## ", 1)[0]
+    for needed in ("--text_layout=file", "--nowrite_records", "bytes a token", "warns when"):
+        assert needed in own_corpus, needed
+    extras = configparser.ConfigParser()
+    extras.read(ROOT / "setup.cfg")
+    assert "tensorboard" in extras["options.extras_require"]["tensorboard"]
+    assert "tensorboard --logdir=models" in readme and "| `tensorboard` |" in readme
+    paths = ["corpus/a", "spm/a.model", "proc_data/a", "models/a", "hf/a"]
+    ignored = subprocess.run(["git", "check-ignore", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert ignored.stdout.split() == paths, ignored
+    assert spm.SentencePieceProcessor(model_file=sample_spm).normalize("\u0e33") == "\u2581\u0e4d\u0e32"
+    assert "`ำ` (SARA AM) decodes as `ํ` + `า`" in (ROOT / "docs" / "languages.md").read_text()

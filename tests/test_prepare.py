@@ -2,6 +2,7 @@
 tests/data/sentences.jsonl, every format and compression, bad input, shards, and create on the output."""
 
 import bz2
+import dataclasses
 import gzip
 import json
 import lzma
@@ -562,3 +563,22 @@ def test_create_reads_zstd_told_by_content_and_refuses_a_truncated_one(tmp_path)
     (tmp_path / "cut.txt.zst").write_bytes(whole[:len(whole) // 2])
     with pytest.raises(InputError, match=f"^{tmp_path / 'cut.txt.zst'}: damaged zstd data .*end-of-stream"):
         check_first_block(str(tmp_path / "cut.txt.zst"))
+
+
+def test_a_folder_of_one_document_files_read_by_blank_line_is_told_to_use_file(tmp_path):
+    """12 articles, one a file, with blank lines between their paragraphs (as a Wikipedia export): blank_line, the
+    default, makes 36 documents of them and says so; file makes 12 and says nothing."""
+    for i in range(12):
+        (tmp_path / f"article{i:02d}.txt").write_text(
+            f"Article {i} begins here.\n\nIts second paragraph, number {i}.\n\nA last one, {i} again.\n")
+    out = tmp_path / "out"
+    summary = prepare(PrepareConfig(str(tmp_path / "*.txt"), str(out), num_workers=1))
+    assert (summary.text_files, summary.text_documents) == (12, 36)
+    warning = summary.layout_warning("blank_line")
+    assert warning.startswith("--text_layout=blank_line cut the 12 text files into 36 documents (3 a file")
+    assert "--text_layout=file" in warning
+    summary = prepare(PrepareConfig(str(tmp_path / "*.txt"), str(out), text_layout="file", num_workers=1,
+                                    overwrite=True))
+    assert summary.documents == 12 and summary.layout_warning("file") is None
+    # A few large files of many documents each (the input format itself) are not warned about
+    assert dataclasses.replace(summary, text_files=3, text_documents=3000).layout_warning("blank_line") is None

@@ -7,12 +7,13 @@ import signal
 import string
 import subprocess
 import sys
+import time
 
 import pytest
 import sentencepiece as spm
 
 from xlnet_data.dataformat import vocab
-from xlnet_data.datagen import tokenizer
+from xlnet_data.datagen import spm_log, tokenizer
 from xlnet_data.datagen.text import preprocess_texts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -109,6 +110,37 @@ def test_too_large_vocab_names_the_largest_that_works(tmp_path):
         tokenizer.SpmTrainConfig(input_files=CORPUS_FILES[:1], model_prefix=str(tmp_path / "soft"),
                                  vocab_size=32000, hard_vocab_limit=False, num_threads=2))
     assert spm.SentencePieceProcessor(model_file=soft).get_piece_size() == largest
+    # That size fills the vocabulary with pieces the text holds fewer than 5 times: spm_train warns, with a size
+    # whose pieces are not rare
+    rare = tokenizer.model_text_settings(soft)["rare_pieces"]
+    assert rare > 0.1 * largest
+    warning = spm_log.vocabulary_warning(largest, rare, tokenizer.RARE_PIECE_COUNT)
+    suggested = int(warning.split("--vocab_size=")[1].split()[0])
+    assert warning.startswith(f"{100 * rare / largest:.0f}% of the {largest} pieces occur fewer than 5 times")
+    assert suggested == (largest - rare) // 100 * 100 and suggested % 100 == 0
+    assert spm_log.vocabulary_warning(4000, 300, 5) is None  # 7.5%: not warned
+    assert "--vocab_size=4000" in spm_log.vocabulary_warning(8000, 3581, 5)  # 2 MB of Thai (docs/spm_train.md)
+
+
+def test_trainer_log_passes_warnings_on_and_says_where_training_is(tmp_path):
+    """SentencePiece's log, as its trainer writes it: warnings at once, and a line on the stage (the EM rounds' share
+    on a log scale of pieces, seed pieces to vocab_size)."""
+    import io
+    log, out = tmp_path / "train.log", io.StringIO()
+    lines = ["I0000 00:00:1.2 7 trainer_interface.cc:446] Loaded all 558 sentences",
+             "W0000 00:00:1.3 7 trainer_interface.cc:500] Too many sentences are loaded!",
+             "I0000 00:00:1.4 7 unigram_model_trainer.cc:514] Initialized 8000 seed pieces",
+             "I0000 00:00:1.5 7 unigram_model_trainer.cc:903] EM sub_iter=0 size=2000 obj=12.39 num_tokens=18811"]
+    with spm_log.TrainerLog(str(log), 1000, stream=out, report_every=0.0, poll_every=0.05) as watching:
+        log.write_text("\n".join(lines[:2]) + "\n")
+        time.sleep(0.5)
+        assert watching.stage == "read 558 lines; finding the seed pieces"
+        log.write_text("\n".join(lines) + "\n")
+    shown = out.getvalue()
+    assert shown.startswith("SentencePiece: training 1000 pieces")
+    assert lines[1] in shown and lines[0] not in shown  # its INFO lines only with --verbose
+    assert "SentencePiece: read 558 lines; finding the seed pieces | 0m00s" in shown
+    assert watching.stage.startswith("EM rounds: 2000 pieces, to 1000 (67%, about ")  # log(8000/2000) / log(8)
 
 
 @pytest.mark.parametrize("change, match", [
@@ -154,6 +186,7 @@ def test_cli_trains_and_reports(tmp_path):
                   "--vocab_size=500", "--num_threads=2")
     assert result.returncode == 0, result.stderr
     assert "500 pieces" in result.stdout
+    assert result.stderr.startswith("SentencePiece: training 500 pieces") and "LOG(INFO)" not in result.stderr
     assert vocab.special_id_mismatches(spm.SentencePieceProcessor(model_file=f"{prefix}.model")) == []
 
 

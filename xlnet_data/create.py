@@ -67,6 +67,10 @@ def define_flags():
                       "(about 2.1 bytes a token, once, against ~24 bytes a token per pass of records), and each unit's "
                       "record_info (num_batch included) names it: train_gpu and dump make the very same records from "
                       "it as they read them.")
+    flags.DEFINE_bool("allow_accents_mismatch", False,
+                      "Make the records although spm_train trained the model with the other --keep_accents (its "
+                      "PREFIX.text.json says which), which is refused without it: the model's pieces would not fit "
+                      "the text.")
     flags.DEFINE_enum("runner", "local", ["local", "beam"],
                       "local: worker processes on this machine; beam: an Apache Beam pipeline, one element per unit.")
     flags.DEFINE_string("beam_runner", "DirectRunner",

@@ -14,7 +14,7 @@ from the flags below, which always win.
 
 Views:
   (default)       per example: label, the memory part, A and B as text with
-                  masked pieces in [brackets] (coloured on a terminal), the
+                  masked pieces in ⟦white brackets⟧ (coloured on a terminal), the
                   segment boundaries and a check of the next-token targets
   --format=json   one JSON object per example (every feature, the pieces, the
                   decoded parts and the checks), one per line
@@ -41,6 +41,7 @@ from typing import Optional
 
 import numpy as np
 
+from xlnet_data.common.progress import CountProgress
 from xlnet_data.dataformat import settings
 from xlnet_data.dataformat import vocab as _vocab
 from xlnet_data.dataformat.inspection import (
@@ -154,22 +155,30 @@ def _show_stats(config: DumpConfig, chosen: Selection, out, err) -> int:
         starts_of = (table_starts(_vocab.start_piece_table(chosen.sp)) if boundaries == "spaces"
                      else WordStarts.of(chosen.sp, boundaries))
     unk, words = UnkCounter(), WordCounter(starts_of)
+    bsz = chosen.settings.values.get("bsz_per_host")
+    whole = chosen.config.skip == 0 and chosen.config.limit is None
+    num_batch = chosen.record_info_num_batch() if whole and bsz else None
+    progress = CountProgress("dump --stats: records", total=num_batch * bsz if num_batch else chosen.config.limit,
+                             stream=err)
 
     def counted(stream):
         for _, path, _, decoded in stream:
             unk.add(path, decoded.input)
             if starts_of is not None:
                 words.add(path, decoded)
+            progress.update()
             yield decoded
-    stats = compute_stats(counted(chosen.decoded(with_sp=False)), starts_of=starts_of,
-                          bsz_per_host=chosen.settings.values.get("bsz_per_host"))
+    try:
+        stats = compute_stats(counted(chosen.decoded(with_sp=False)), starts_of=starts_of, bsz_per_host=bsz)
+    finally:
+        progress.close()
     stats["word_boundaries"] = boundaries
     stats["words_per_file"] = words.per_file
     stats["files"] = chosen.files
     stats["settings"] = chosen.settings.values
     stats["keep_accents"] = chosen.keep_accents
     stats["unk_per_file"] = unk.per_file
-    if chosen.config.skip == 0 and chosen.config.limit is None:
+    if whole:
         stats["record_info_num_batch"] = chosen.record_info_num_batch()
     if config.format == "json":
         print(json.dumps(stats, default=_json_default), file=out)

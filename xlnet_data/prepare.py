@@ -60,6 +60,9 @@ def main(argv):
           f"{empty_shards} in {config.output_dir} ({summary.bytes_written / 1e6:.1f} MB); dropped "
           f"{summary.empty_dropped} empty and {summary.duplicates_dropped} duplicate documents; "
           f"{time.time() - start:.1f} s", file=sys.stderr)
+    warning = summary.layout_warning(config.text_layout)
+    if warning:
+        print(f"prepare: warning: {warning}", file=sys.stderr)
     return 0
 
 

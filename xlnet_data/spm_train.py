@@ -17,7 +17,9 @@ on the text as create will feed it (read and normalised as create reads and norm
 the end of a sentence comes out as its own id 8. How the text was normalised, and the share of <unk>
 on it, are written to PREFIX.text.json beside the model.
 A small corpus cannot fill 32000 pieces: pass a smaller --vocab_size (the error says how
-small) or --nohard_vocab_limit.
+small) or --nohard_vocab_limit. A vocabulary that it fills but with many rare pieces (more than 10%
+seen fewer than 5 times in the text) gets a warning with a size that fits the text. While SentencePiece
+trains (one C++ call), a line every 15 s says where it is.
 """
 
 import os
@@ -27,7 +29,9 @@ import time
 import sentencepiece as spm
 
 from xlnet_data import cli
+from xlnet_data.datagen import spm_log
 from xlnet_data.datagen.tokenizer import (
+    RARE_PIECE_COUNT,
     SpmTrainConfig,
     SpmTrainError,
     expand_inputs,
@@ -112,6 +116,9 @@ def main(argv):
           f"{len(config.input_files)} file(s) in {time.time() - start:.1f} s; special ids 0-8 as XLNet expects; "
           f"trained {'uncased' if config.uncased else 'cased'}, accents {'kept' if config.keep_accents else 'removed'}; "
           f"<unk> {trained['unk']} of the {trained['pieces']} pieces of its text ({share:.3f}%)")
+    warning = spm_log.vocabulary_warning(size, trained.get("rare_pieces", 0), RARE_PIECE_COUNT)
+    if warning:
+        print(f"spm_train: warning: {warning}", file=sys.stderr)
     return 0
 
 

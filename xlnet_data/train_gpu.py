@@ -209,11 +209,28 @@ def config_from_flags():
     if FLAGS.d_embed is not None and FLAGS.d_embed != model.d_model:
         raise ConfigError(f"--d_embed={FLAGS.d_embed} must equal d_model={model.d_model} (XLNet embeds in d_model)")
 
-    run = cli.config_from_flags(RunConfig, reuse_len=data_config.reuse_len, bi_data=data_config.bi_data)
+    run = cli.config_from_flags(RunConfig, reuse_len=data_config.reuse_len, bi_data=data_config.bi_data,
+                                **_pretraining_of_export(hf))
     return cli.config_from_flags(
         TrainConfig, record_info_dir=",".join(d.tfrecords for d in record_dirs), model=model,
         run=run, data=data_config, devices=tuple(FLAGS.devices),
         device_memory=costs.parse_bytes(FLAGS.device_memory) if FLAGS.device_memory else None)
+
+
+# The training run's settings an export keeps (xlnet_pretraining.json) that train_gpu takes where not given; reuse_len
+# and bi_data are the records'.
+_EXPORT_RUN_FLAGS = ("mem_len", "clamp_len", "same_length")
+
+
+def _pretraining_of_export(hf) -> dict:
+    """mem_len, clamp_len and same_length of the run that pretrained an --init_checkpoint export (its
+    xlnet_pretraining.json), for the flags not given: continuing pretraining goes on as it was."""
+    recorded = hf.read_pretraining(FLAGS.init_checkpoint) if hf.is_hf_dir(FLAGS.init_checkpoint) else None
+    taken = {name: recorded[name] for name in _EXPORT_RUN_FLAGS if recorded and not FLAGS[name].present}
+    if taken:
+        logging.info("from %s/%s: %s", FLAGS.init_checkpoint, hf.PRETRAINING_FILE,
+                     ", ".join(f"{name}={value}" for name, value in taken.items()))
+    return taken
 
 
 def main(argv):

@@ -15,17 +15,25 @@ SentencePiece-based XLNetTokenizer, which applied the original's preprocess_text
 Two rules of the original cannot be written exactly as a tokenizers pipeline. A piece ending in digit + comma
 ("▁1990,") is split and its digits re-encoded: as Transformers' own converter does, such pieces are made 100
 nats less likely, which gives the same pieces nearly always ("1,234,567," can still differ). And SentencePiece
-matches its table against the longest sequence at each position, `tokenizers` per grapheme: NFKC first makes
-them agree (Hangul jamo, Tamil two-part vowels, half-width kana with voicing marks compose as SentencePiece
-composes them). Measured against SentencePiece's own normalisation of create's text: the same on 10,785 lines
-in 20 scripts (as typed, NFC, NFD, NFKC, NFKD) in every setting; with --keep_accents, 0.4% of random strings
-that put marks after unrelated letters still differ.
+matches its table (the model's precompiled charsmap) against the longest sequence at each position, `tokenizers`'
+Precompiled per grapheme: alone it leaves Hangul jamo, Tamil two-part vowels and kana with voicing marks apart
+where SentencePiece composes them (8 to 12 of the 72 test lines differ). So NFKC runs first, which composes them
+as the table does; but NFKC also reorders marks typed out of canonical order (a Thai tone mark before its vowel)
+and composes a precomposed letter with a further mark (Vietnamese `ơ` + combining grave), which the table, made
+of full decompositions, leaves. With --keep_accents (without, the marks are gone by then) a noncharacter is put
+at those places before NFKC and removed after it. Measured against SentencePiece's own normalisation: the same
+on 10,785 lines in 20 scripts (as typed, NFC, NFD, NFKC, NFKD) in every setting; on 20,000 random strings of
+Latin, Vietnamese, Thai, Devanagari, Tamil, jamo and kana letters and marks, 34 differ (1,043 with NFKC alone):
+NFKC composes a letter with a mark across a mark of a lower class, which the table does not.
 """
 
 import base64
+import functools
 import json
 import os
 import struct
+import sys
+import unicodedata
 from typing import NamedTuple, Optional
 
 from xlnet_data.common import fileio
@@ -41,6 +49,9 @@ _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED = 1, 2, 3, 4
 # SentencePiece's built-in rules whose table is NFKC (plus whitespace and control rules): NFKC runs before
 # them (see the docstring). A custom rule (a TSV) gets no NFKC.
 _NFKC_RULES = ("nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf")
+# Put between two marks in non-canonical order, it stops NFKC's reordering (combining class 0) and is removed after:
+# a noncharacter, which text never holds and NFKC keeps.
+_REORDER_GUARD = "\ufdd0"
 # Python's str.lower maps a capital sigma that ends a word to final sigma; `tokenizers`' Lowercase does not. Its
 # rule (Final_Sigma): after a cased letter and case-ignorables, not before case-ignorables and a cased letter.
 _FINAL_SIGMA = ("(?<=" + "|".join(r"\p{Cased}" + r"\p{Case_Ignorable}" * n for n in range(4)) + ")"
@@ -116,15 +127,43 @@ def _special_token(token_id: int, content: str) -> dict:
             "rstrip": False, "normalized": False, "special": True}
 
 
-def _combining_pattern() -> str:
-    """A regex class of the characters the original drops after NFKD (vocab.py owns which they are)."""
+def _char_class(codes) -> str:
+    """A regex class of the code points (ascending), as ranges."""
     ranges = []
-    for code in vocab.combining_code_points().tolist():
+    for code in codes:
         if ranges and ranges[-1][1] == code - 1:
             ranges[-1][1] = code
         else:
             ranges.append([code, code])
     return "[" + "".join(f"\\x{{{a:X}}}" + (f"-\\x{{{b:X}}}" if b > a else "") for a, b in ranges) + "]"
+
+
+def _combining_pattern() -> str:
+    """A regex class of the characters the original drops after NFKD (vocab.py owns which they are)."""
+    return _char_class(vocab.combining_code_points().tolist())
+
+
+@functools.lru_cache(maxsize=1)
+def _composition_guard_pattern() -> str:
+    """A zero-width regex at the places where NFKC would reorder or compose marks and SentencePiece's table does
+    not (see the docstring): between two marks in non-canonical order (the first character's decomposition ends
+    in a mark of a higher combining class than the one the second's begins with), and between a precomposed
+    letter and a mark (Vietnamese typed as `ơ` + combining grave: the table composes only full decompositions)."""
+    ends, begins, precomposed = {}, {}, []
+    for code in range(sys.maxunicode + 1):
+        char = chr(code)
+        if unicodedata.category(char) in ("Cn", "Cs"):
+            continue
+        decomposed = unicodedata.normalize("NFKD", char)
+        for where, part in ((ends, decomposed[-1]), (begins, decomposed[0])):
+            if unicodedata.combining(part):
+                where.setdefault(unicodedata.combining(part), []).append(code)
+        if unicodedata.normalize("NFD", char) != char:
+            precomposed.append(code)
+    marks = sorted(code for codes in begins.values() for code in codes)
+    lower = {high: sorted(code for low in begins if low < high for code in begins[low]) for high in ends}
+    out_of_order = [f"(?<={_char_class(ends[high])})(?={_char_class(lower[high])})" for high in sorted(ends) if lower[high]]
+    return "|".join([f"(?<={_char_class(precomposed)})(?={_char_class(marks)})"] + out_of_order)
 
 
 def normalizers(model: SentencePieceModel, uncased: bool, keep_accents: bool) -> list[dict]:
@@ -138,7 +177,12 @@ def normalizers(model: SentencePieceModel, uncased: bool, keep_accents: bool) ->
         steps += [{"type": "Replace", "pattern": {"Regex": _FINAL_SIGMA}, "content": "\u03c2"}, {"type": "Lowercase"}]
     if model.charsmap:
         if model.normalizer in _NFKC_RULES:
+            if keep_accents:  # a mark typed out of canonical order stays where it is (without, marks are gone)
+                steps.append({"type": "Replace", "pattern": {"Regex": _composition_guard_pattern()},
+                              "content": _REORDER_GUARD})
             steps.append({"type": "NFKC"})
+            if keep_accents:
+                steps.append({"type": "Replace", "pattern": {"String": _REORDER_GUARD}, "content": ""})
         steps.append({"type": "Precompiled", "precompiled_charsmap": base64.b64encode(model.charsmap).decode("ascii")})
     return steps
 

@@ -13,6 +13,9 @@ from xlnet_data.dataformat.vocab import CLS_ID, SEP_ID, SPIECE_UNDERLINE
 
 _SPACE = SPIECE_UNDERLINE
 _COLOR_ON, _COLOR_OFF = "\x1b[1;33m", "\x1b[0m"
+# A masked piece's markers: white square brackets, which text seldom holds (plain ones it often does:
+# `[rɐˈsjijə[],]` could not be read); a text that holds them gets «…» instead (see render_pieces).
+MASK_MARKERS = (("\u27e6", "\u27e7"), ("\u00ab\u00ab", "\u00bb\u00bb"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +57,7 @@ class DecodedExample:
     is_masked: np.ndarray             # bool
     pieces: Optional[list] = None
     target_pieces: Optional[list] = None
-    text: Optional[dict] = None       # part -> text, masked pieces in [brackets]
+    text: Optional[dict] = None       # part -> text, masked pieces in ⟦markers⟧
 
 
 @functools.cache
@@ -84,11 +87,15 @@ def masked_runs(mask):
 
 
 def render_pieces(pieces, mask, color=False):
-    """Pieces back to text: '▁' becomes a space; a masked piece is kept whole in [brackets]."""
+    """Pieces back to text: '▁' becomes a space; a masked piece is kept whole in ⟦white brackets⟧ (in «« »» where a
+    piece holds one, so that a marker is never the text's), coloured too with `color`."""
     out = []
+    text = "".join(pieces)
+    opening, closing = next((pair for pair in MASK_MARKERS if not any(mark in text for mark in pair)),
+                            MASK_MARKERS[-1])
     for piece, masked in zip(pieces, mask):
         if masked:
-            shown = f"[{piece}]"
+            shown = f"{opening}{piece}{closing}"
             if color:
                 shown = _COLOR_ON + shown + _COLOR_OFF
             out.append((" " if piece.startswith(_SPACE) else "") + shown)
@@ -194,7 +201,7 @@ def part_pieces(decoded, name):
 
 
 def part_text(decoded, name, color=False):
-    """Text of one part in reading order, masked pieces in [brackets] (see render_pieces)."""
+    """Text of one part in reading order, masked pieces in ⟦markers⟧ (see render_pieces)."""
     got = part_pieces(decoded, name)
     return None if got is None else render_pieces(got[0], got[1], color=color)
 

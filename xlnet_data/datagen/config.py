@@ -52,6 +52,7 @@ class CreateConfig:
     strict: bool = False  # invalid UTF-8 stops the run instead of being replaced
     allow_binary: bool = False  # read files with NUL bytes or mostly invalid UTF-8 instead of refusing them
     write_records: bool = True  # False: keep the token cache; train_gpu and dump make the records from it
+    allow_accents_mismatch: bool = False  # make records with keep_accents other than the model was trained with
 
     def __post_init__(self):
         check_field_types(self)

@@ -50,7 +50,8 @@ class CreateSummary:
         lost = sum(1 for c in counts if c["marks"] or c["arabic_marks"])
         stripped = (f"{marks} letters lost a mark to the accent removal (and {arabic} Arabic harakat) in {lost} "
                     "file(s), " if lost else "")
-        return (f"done: {len(self.written)} unit(s), {self.total('tokens')} tokens, {self.total('records')} records "
+        return (f"done: {len(self.written)} unit(s), {self.total('tokens')} tokens ({self.per_input('tokens')} "
+                f"encoded, once for all passes), {self.total('records')} records "
                 f"in {self.total('num_batch')} batches, {self.total('dropped_tokens')} tail tokens dropped, "
                 f"{self.per_input('invalid_utf8_lines')} invalid UTF-8 lines replaced, "
                 f"{self.per_input('skipped_files')} files without tokens skipped, {unk} <unk> read, {stripped}"

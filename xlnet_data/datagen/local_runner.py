@@ -69,21 +69,24 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
             counts[i] += n
         progress.update(*counts, len(done), len(todo))
 
+    def on_unit_done(index, result):
+        done.append(result)
+        progress.update(*counts, len(done), len(todo))
+
     try:
         if num_workers == 1:  # in this process, as its owner set it up
             with workers.reporting_to(on_counts):
                 for job in single_jobs:
-                    done.append(_encode_and_run_unit(*job))
+                    on_unit_done(None, _encode_and_run_unit(*job))
                 for job in encode_jobs:
                     _encode_task(*job)
                 for job in unit_jobs:
-                    done.append(_run_unit(*job))
+                    on_unit_done(None, _run_unit(*job))
         else:
             with workers.Workers(num_workers, initializer=_init_process) as pool:
-                pool.run(_encode_and_run_unit, single_jobs, on_done=lambda index, result: done.append(result),
-                         on_counts=on_counts)
+                pool.run(_encode_and_run_unit, single_jobs, on_done=on_unit_done, on_counts=on_counts)
                 pool.run(_encode_task, encode_jobs, on_done=lambda index, result: None, on_counts=on_counts)
-                pool.run(_run_unit, unit_jobs, on_done=lambda index, result: done.append(result), on_counts=on_counts)
+                pool.run(_run_unit, unit_jobs, on_done=on_unit_done, on_counts=on_counts)
     finally:
-        progress.close()
+        progress.close(*counts, len(done), len(todo))
     return sorted(done, key=lambda result: (result.unit.task, result.unit.pass_id))

@@ -28,7 +28,7 @@ from xlnet_data.common import fileio, workers
 from xlnet_data.common.config_types import check_field_types
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat import vocab
-from xlnet_data.datagen import corpus
+from xlnet_data.datagen import corpus, spm_log
 from xlnet_data.datagen.text import preprocess_texts
 
 # The original README's spm_train symbols. Control symbols take ids 3..7 after
@@ -201,22 +201,26 @@ def training_lines(config, limit=None):
 
 
 UNK_MEASURE_BATCH = 10_000  # lines encoded at a time to measure <unk>
+# A piece seen fewer times than this in the text it was trained on is rare: its embedding learns little.
+RARE_PIECE_COUNT = 5
 
 
 def unk_counts(model_path, lines, num_threads):
-    """(<unk> pieces, pieces) of `lines` encoded by the model at `model_path`."""
+    """(<unk> pieces, pieces, rare) of `lines` encoded by the model at `model_path`; rare: how many of the model's
+    normal pieces occur fewer than RARE_PIECE_COUNT times in them."""
     sp = spm.SentencePieceProcessor(model_file=model_path)
-    unk = pieces = 0
+    counts = np.zeros(sp.get_piece_size(), dtype=np.int64)
     batch = []
     for line in [*lines, None]:
         if line is not None:
             batch.append(line)
         if batch and (line is None or len(batch) == UNK_MEASURE_BATCH):
             ids = np.concatenate([np.asarray(x, dtype=np.int32) for x in sp.encode(batch, num_threads=num_threads)])
-            unk += int(np.count_nonzero(ids == vocab.UNK_ID))
-            pieces += int(ids.size)
+            counts += np.bincount(ids, minlength=counts.size)
             batch = []
-    return unk, pieces
+    normal = [i for i in range(counts.size) if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))
+              and sp.id_to_piece(i) not in USER_DEFINED_SYMBOLS]
+    return int(counts[vocab.UNK_ID]), int(counts.sum()), int(np.count_nonzero(counts[normal] < RARE_PIECE_COUNT))
 
 
 def _train(config, tmp_prefix):
@@ -232,20 +236,21 @@ def _train(config, tmp_prefix):
             raise
 
     try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=lines(),
-            model_prefix=tmp_prefix,
-            vocab_size=config.vocab_size,
-            model_type=config.model_type,
-            character_coverage=config.character_coverage,
-            input_sentence_size=config.input_sentence_size,
-            shuffle_input_sentence=config.shuffle_input_sentence,
-            hard_vocab_limit=config.hard_vocab_limit,
-            num_threads=config.num_threads,
-            control_symbols=list(CONTROL_SYMBOLS),
-            user_defined_symbols=list(USER_DEFINED_SYMBOLS),
-            minloglevel=0 if config.verbose else 1,
-        )
+        with spm_log.log_to_file(tmp_prefix + spm_log.LOG_SUFFIX):
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=lines(),
+                model_prefix=tmp_prefix,
+                vocab_size=config.vocab_size,
+                model_type=config.model_type,
+                character_coverage=config.character_coverage,
+                input_sentence_size=config.input_sentence_size,
+                shuffle_input_sentence=config.shuffle_input_sentence,
+                hard_vocab_limit=config.hard_vocab_limit,
+                num_threads=config.num_threads,
+                control_symbols=list(CONTROL_SYMBOLS),
+                user_defined_symbols=list(USER_DEFINED_SYMBOLS),
+                minloglevel=0,  # all of it to the log file, which spm_log filters
+            )
     except (RuntimeError, OSError) as err:
         if failed:
             raise _input_error(failed[0]) from None
@@ -316,15 +321,16 @@ def train_sentencepiece(config):
     _validate(config)
     _prepare_output_dir(config.model_prefix)
     tmp_prefix = fileio.temp_path_for(config.model_prefix)
-    suffixes = (*OUTPUT_SUFFIXES, TEXT_SETTINGS_SUFFIX)
+    suffixes = (*OUTPUT_SUFFIXES, TEXT_SETTINGS_SUFFIX, spm_log.LOG_SUFFIX)
     done = []
     try:
-        with workers.Workers(1, initializer=_end_on_sigterm) as worker:
+        with spm_log.TrainerLog(tmp_prefix + spm_log.LOG_SUFFIX, config.vocab_size, config.verbose), \
+                workers.Workers(1, initializer=_end_on_sigterm) as worker:
             worker.run(_train, [(config, tmp_prefix)], on_done=lambda index, result: done.append(result),
                        on_counts=lambda *counts: None)
-        unk, pieces = done[0]
+        unk, pieces, rare = done[0]
         settings = {"uncased": config.uncased, "keep_accents": config.keep_accents, "pieces": pieces, "unk": unk,
-                    "input_files": list(config.input_files)}
+                    "rare_pieces": rare, "input_files": list(config.input_files)}
         try:  # before any rename: a full disk here leaves no model either
             with open(tmp_prefix + TEXT_SETTINGS_SUFFIX, "w", encoding="utf-8") as f:
                 f.write(json.dumps(settings, indent=1) + "\n")

@@ -257,13 +257,14 @@ class TrainConfig:
 @dataclasses.dataclass(frozen=True)
 class ExportConfig:
     """What export writes: the weights of `checkpoint` (a prefix, or a directory with a `checkpoint` file; ours
-    or an original TF1 one) for `model`, config.json with `run`'s memory and attention settings, and the
-    tokenizer of `sp_path` (lower-casing when `uncased`, keeping accents when `keep_accents`, as create made the
-    records)."""
+    or an original TF1 one) for `model`, config.json with `run`'s memory and attention settings (fine-tuning's
+    by default), the training run's (`pretraining`, where it recorded them) beside it, and the tokenizer of
+    `sp_path` (lower-casing when `uncased`, keeping accents when `keep_accents`, as create made the records)."""
 
     checkpoint: str
     model: XLNetConfig
     run: RunConfig
+    pretraining: Optional[RunConfig]
     sp_path: str
     output_dir: str
     uncased: bool = False

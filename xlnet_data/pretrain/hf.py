@@ -23,6 +23,7 @@ Transformers' "gelu_new"; its "gelu" is the exact one, so a model of ours export
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -41,6 +42,11 @@ from xlnet_data.pretrain.modeling import variable_shapes
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"  # sharded weights (Transformers' large saves)
 CONFIG_FILE = "config.json"
+# The training run's memory and attention settings, which config.json leaves at fine-tuning's: train_gpu
+# --init_checkpoint=DIR continues pretraining with them.
+PRETRAINING_FILE = "xlnet_pretraining.json"
+PRETRAINING_KEYS = ("mem_len", "reuse_len", "bi_data", "clamp_len", "same_length", "attn_type")
+MODEL_CARD_FILE = "README.md"
 # Transformers' ff_activation names that are ours; "gelu" (exact erf) differs from ours by < 1e-3.
 _ACTIVATION_FROM_HF = {"relu": "relu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu"}
 _ACTIVATION_TO_HF = {"relu": "relu", "gelu": "gelu_new"}
@@ -155,6 +161,26 @@ def hf_config(model: XLNetConfig, run: RunConfig) -> dict:
     }
 
 
+def fine_tuning_run(run: RunConfig) -> RunConfig:
+    """config.json's settings by default: fine-tuning's, as the original's run_classifier.py has them. Transformers
+    reads bi_data=True as a batch of forward and backward halves (a batch of one text gives empty logits),
+    mem_len as memories returned, reuse_len as positions cached."""
+    return dataclasses.replace(run, mem_len=0, reuse_len=0, bi_data=False)
+
+
+def read_pretraining(directory: str) -> Optional[dict]:
+    """The training run's settings (PRETRAINING_KEYS) that an export keeps beside config.json, None without
+    the file (an export from before it, or a Transformers save)."""
+    path = os.path.join(directory, PRETRAINING_FILE)
+    if not fileio.exists(path):
+        return None
+    try:
+        data = json.loads(fileio.read_text(path))
+        return {key: data[key] for key in PRETRAINING_KEYS}
+    except (ValueError, KeyError, TypeError) as err:
+        raise HFFormatError(f"{path} is not export_hf's {PRETRAINING_FILE} ({type(err).__name__}: {err})") from None
+
+
 def read_config(directory: str) -> tuple[XLNetConfig, RunConfig]:
     """The model shape and run settings of a Transformers directory's config.json."""
     path = os.path.join(directory, CONFIG_FILE)
@@ -210,6 +236,10 @@ def check_tokenizer_fits_records(directory: str, records: list[tuple[str, dict]]
                     "another model")
 
 
+def _json_bytes(data: dict) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
 def _safetensors_numpy():
     try:
         from safetensors import numpy as st_numpy
@@ -260,10 +290,11 @@ class ExportResult(NamedTuple):
     num_parameters: int
 
 
-def export(cfg: ExportConfig) -> ExportResult:
-    """Writes a directory that Transformers' XLNetLMHeadModel and XLNetTokenizer load with from_pretrained.
-    Each file is written under a temporary name and renamed; config.json comes last, so a directory without it
-    is incomplete. An existing export is refused unless cfg.overwrite."""
+def export(cfg: ExportConfig, model_card: str = "") -> ExportResult:
+    """Writes a directory that Transformers' XLNetLMHeadModel and AutoTokenizer load with from_pretrained:
+    config.json with cfg.run, the training run's settings (cfg.pretraining) in PRETRAINING_FILE, `model_card` in
+    README.md. Each file is written under a temporary name and renamed; config.json comes last, so a directory
+    without it is incomplete. An existing export is refused unless cfg.overwrite."""
     st_numpy = _safetensors_numpy()
     config_path = os.path.join(cfg.output_dir, CONFIG_FILE)
     if not cfg.overwrite and (fileio.exists(config_path) or fileio.exists(os.path.join(cfg.output_dir, WEIGHTS_FILE))):
@@ -277,8 +308,12 @@ def export(cfg: ExportConfig) -> ExportResult:
     weights = checkpoints.read(cfg.checkpoint, variable_shapes(cfg.model))
     tensors = to_hf(weights, cfg.model)
     fileio.makedirs(cfg.output_dir)
-    contents = {**tokenizer, WEIGHTS_FILE: st_numpy.save(tensors, metadata={"format": "pt"}),
-                CONFIG_FILE: (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8")}
+    contents = {**tokenizer, WEIGHTS_FILE: st_numpy.save(tensors, metadata={"format": "pt"})}
+    if cfg.pretraining:
+        contents[PRETRAINING_FILE] = _json_bytes({key: getattr(cfg.pretraining, key) for key in PRETRAINING_KEYS})
+    if model_card:
+        contents[MODEL_CARD_FILE] = model_card.encode("utf-8")
+    contents[CONFIG_FILE] = _json_bytes(config)
     for name, content in contents.items():
         with fileio.atomic_write(os.path.join(cfg.output_dir, name)) as f:
             f.write(content)

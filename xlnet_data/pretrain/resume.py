@@ -174,8 +174,8 @@ def check_model_dir(cfg: TrainConfig, chief: bool) -> None:
                 "num_predict": cfg.data.num_predict, "uncased": cfg.data.uncased,
                 # how the last run took its steps (it changes no number: a resume may take others)
                 "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "recompute": cfg.recompute,
-                # the records' SentencePiece model(s), for export_hf to ship the very tokenizer
-                "sp_model_sha256": records_models(cfg.record_info_dir)}
+                # the records and their SentencePiece model(s), for export_hf to ship the very tokenizer
+                "record_info_dir": cfg.record_info_dir, "sp_model_sha256": records_models(cfg.record_info_dir)}
     keep_accents = records_keep_accents(cfg.record_info_dir)
     if keep_accents is not None:  # else export_hf takes its flag
         settings["keep_accents"] = keep_accents

@@ -16,6 +16,7 @@ import shutil
 import sys
 import tempfile
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -44,6 +45,9 @@ class FileResult:
     empty: int
 
 
+LAYOUT_WARNING_FILES = 10  # fewer files than this: too few to tell a folder of one-document files
+
+
 @dataclasses.dataclass
 class PrepareSummary:
     """What a run read, dropped and wrote (paragraphs, sentences, characters: of the documents written)."""
@@ -58,6 +62,18 @@ class PrepareSummary:
     bytes_written: int
     shards: list
     empty_shards: int
+    text_files: int = 0  # of `files`, those read as plain text, and the documents read from them
+    text_documents: int = 0
+
+    def layout_warning(self, text_layout: str) -> Optional[str]:
+        """One line when the plain-text files look like one document each (many files, each cut into a few to a
+        hundred documents: an article's or a book's paragraphs) but were read with --text_layout=blank_line."""
+        per_file = self.text_documents / max(1, self.text_files)
+        if text_layout != "blank_line" or self.text_files < LAYOUT_WARNING_FILES or not 2 <= per_file <= 100:
+            return None
+        return (f"--text_layout=blank_line cut the {self.text_files} text files into {self.text_documents} documents "
+                f"({per_file:.0f} a file: a blank line ends a document); if each file is one document (an article, a "
+                "book), run again with --text_layout=file (or file_wrapped for hard-wrapped text)")
 
 
 def shard_paths(output_dir, num_shards):
@@ -247,9 +263,10 @@ def prepare(config, stream=None):
         if path not in paths:
             fileio.remove(path)
     kept = index[keep]
+    text = [r for r in results if readers.format_of(r.path, config.format) == "text"]
     return PrepareSummary(
         files=len(files), documents_read=sum(r.documents for r in results), empty_dropped=sum(r.empty for r in results),
         duplicates_dropped=int(len(index) - keep.sum()), documents=len(kept),
         paragraphs=int(kept["paragraphs"].sum()), sentences=int(kept["sentences"].sum()),
         characters=int(kept["characters"].sum()), bytes_written=written, shards=paths,
-        empty_shards=empty_shards)
+        empty_shards=empty_shards, text_files=len(text), text_documents=sum(r.documents for r in text))

@@ -1,0 +1,58 @@
+"""The model card (README.md) of an export: what the model was trained on, its settings, and how to load it."""
+
+from __future__ import annotations
+
+from xlnet_data.dataformat.corpus_info import CorpusInfo
+from xlnet_data.pretrain.config import ExportConfig
+
+_RECORD_KEYS = ("vocab_size", "seq_len", "reuse_len", "bsz_per_host", "num_predict", "bi_data", "uncased",
+                "keep_accents", "mask_alpha", "mask_beta")
+
+
+def _records_lines(records: list[tuple[str, CorpusInfo]]) -> list[str]:
+    if not records:
+        return ["- not recorded (an original checkpoint, or a training run from before run_config.json named its "
+                "records)"]
+    lines = []
+    for path, info in records:
+        tokens = sum(counts.get("tokens", 0) for counts in (info.extra.get("input_counts") or {}).values())
+        settings = ", ".join(f"{key}={info.value(key)}" for key in _RECORD_KEYS if info.value(key) is not None)
+        lines.append(f"- `{path}`: made by xlnet-data create from `{info.input_glob}`"
+                     f"{f' ({tokens:,} tokens)' if tokens else ''} with `{info.sp_path}`; {settings}")
+    return lines
+
+
+def model_card(cfg: ExportConfig, records: list[tuple[str, CorpusInfo]], agreement: str) -> str:
+    """README.md of the export of cfg: the data, the settings, the tokenizer's measured agreement (`agreement`,
+    a sentence) and which tokenizer class to load it with."""
+    model, run, pre = cfg.model, cfg.run, cfg.pretraining
+    pretraining = (f"mem_len={pre.mem_len}, reuse_len={pre.reuse_len}, bi_data={pre.bi_data}, clamp_len="
+                   f"{pre.clamp_len}, same_length={pre.same_length}, in `xlnet_pretraining.json`, which "
+                   "`train_gpu --init_checkpoint=THIS_DIR` continues with" if pre else "not recorded")
+    return "\n".join([
+        "---", "library_name: transformers", "tags: [xlnet, xlnet-data]", "---", "",
+        f"# XLNet ({model.n_layer} layers, d_model {model.d_model}, {model.n_token} pieces), pretrained with xlnet-data",
+        "", "## Data", "", *_records_lines(records), "",
+        "## Settings", "",
+        f"- model: n_layer={model.n_layer}, d_model={model.d_model}, n_head={model.n_head}, d_head={model.d_head}, "
+        f"d_inner={model.d_inner}, ff_activation={model.ff_activation}, untie_r={model.untie_r}",
+        f"- weights: `{cfg.checkpoint}`",
+        f"- pretraining: {pretraining}",
+        f"- `config.json`: set for fine-tuning: bi_data={run.bi_data}, mem_len={run.mem_len or None}, reuse_len="
+        f"{run.reuse_len or None} (with bi_data, Transformers splits every batch into forward and backward halves: "
+        "a batch of one text gets empty logits)", "",
+        "## Tokenizer", "",
+        f"The SentencePiece model of the records (`spiece.model`), normalising text as create did "
+        f"({'uncased' if cfg.uncased else 'cased'}, {'accents kept' if cfg.keep_accents else 'accents stripped'}).",
+        f"Agreement with create's ids, measured at export: {agreement}.", "",
+        "Load it with **`AutoTokenizer`** (or `PreTrainedTokenizerFast`), which runs `tokenizer.json` as written. "
+        "Not `XLNetTokenizer`: Transformers 5's builds its own normaliser, ignoring `tokenizer.json` and "
+        "`keep_accents`, and strips every nonspacing mark (Vietnamese tones, Thai tone marks and vowels, Indic "
+        "vowel signs), which gives other pieces than the model learnt.", "",
+        "## Use", "",
+        "```python",
+        "from transformers import AutoTokenizer, XLNetForSequenceClassification",
+        'tokenizer = AutoTokenizer.from_pretrained("THIS_DIR")',
+        'model = XLNetForSequenceClassification.from_pretrained("THIS_DIR", num_labels=2)',
+        'logits = model(**tokenizer(["One text."], return_tensors="pt")).logits  # (1, 2)',
+        "```", ""])
