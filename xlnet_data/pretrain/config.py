@@ -203,6 +203,12 @@ class TrainConfig:
     jit_compile: str = "auto"  # XLA for each replica's forward and backward pass (see Trainer.uses_xla)
     tf32: bool = False  # let GPUs run float32 matmuls in TF32
     max_loss: Optional[float] = None  # a step's loss above it stops the run as diverging (None: only non-finite)
+    # The held-out loss (pretrain/evaluation.py): the records of eval_split in these comma-separated dirs (one per
+    # source when mixing; "": none), eval_batches of them every eval_every steps (0: never).
+    eval_record_info_dir: str = ""
+    eval_split: str = "dev"
+    eval_every: int = 0
+    eval_batches: int = 10
 
     def __post_init__(self):
         def need(ok, message):
@@ -215,6 +221,12 @@ class TrainConfig:
         for name in ("train_steps", "iterations", "max_save"):
             need(getattr(self, name) > 0, f"--{name}={getattr(self, name)} must be positive")
         need(self.save_steps is None or self.save_steps > 0, f"--save_steps={self.save_steps} must be positive")
+        need(self.eval_every >= 0 and self.eval_batches > 0,
+             f"--eval_every={self.eval_every} must be >= 0 and --eval_batches={self.eval_batches} positive")
+        need(not self.eval_every or not self.eval_record_info_dir or self.mix_sampling_factor is None
+             or len(self.eval_record_info_dir.split(",")) == len(self.sources),
+             f"--eval_record_info_dir={self.eval_record_info_dir} must name one held-out dir per --record_info_dir "
+             "dir when they are mixed")
         need(self.train_steps <= MAX_TRAIN_STEPS, f"--train_steps={self.train_steps} must be at most {MAX_TRAIN_STEPS}")
         need(self.warmup_steps >= 0, f"--warmup_steps={self.warmup_steps} must not be negative")
         # Comparisons that NaN fails as well as a value out of range.
