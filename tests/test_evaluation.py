@@ -3,6 +3,7 @@ the same at every evaluation, for one or two replicas and for records or a token
 its best checkpoint (model_dir/best/) across a resume, and draws its curves; train and dev in one save_dir."""
 
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -59,8 +60,14 @@ def test_train_and_dev_live_in_one_save_dir(split_dirs):
         names = sorted(os.listdir(Path(save_dir) / "tfrecords"))
         assert [name.split("-")[1] for name in names if name.startswith("record_info-")] == ["dev", "train"]
     assert held_out.held_out_dirs([f"{records}/tfrecords"], None) == f"{records}/tfrecords"
-    result = run_module("xlnet_data.dump", records, "--stats", "--format=json")
-    assert result.returncode == 0, result.stderr  # dump reads both splits (one run's units)
+    counts = {split: 8 * json.loads(next((Path(records) / "tfrecords").glob(f"record_info-{split}-*")).read_text())
+              ["num_batch"] for split in ("train", "dev")}
+    both = run_module("xlnet_data.dump", records, "--stats", "--format=json")  # one run's units: both read
+    assert both.returncode == 0, both.stderr
+    stats = json.loads(both.stdout)
+    assert stats["records_per_split"] == counts and stats["count"] == sum(counts.values())
+    dev = json.loads(run_module("xlnet_data.dump", cache, "--stats", "--format=json", "--split=dev").stdout)
+    assert dev["records_per_split"] == {"dev": counts["dev"]}
 
 
 def test_evaluating_a_checkpoint_on_the_training_records_gives_the_training_steps_loss(split_dirs, tmp_path):
