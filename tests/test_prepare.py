@@ -198,6 +198,37 @@ def test_shards_are_of_similar_size_and_independent_of_workers(tmp_path, monkeyp
     assert [Path(p).read_bytes() for p in again.shards] == [Path(p).read_bytes() for p in summary.shards]
 
 
+def test_the_held_out_documents_are_the_same_for_any_shards_workers_and_files(tmp_path):
+    """--dev_fraction sets whole documents aside by the hash of their text: the same ones for 1 and 8 shards, 1
+    and 2 workers, and however the documents lie in the input files; none of them is in the train shards."""
+    docs = generated_documents(80)
+    for i in range(4):
+        write_jsonl(tmp_path / "in" / f"part{i}.jsonl", docs[i * 20:(i + 1) * 20])
+    write_jsonl(tmp_path / "other" / "all.jsonl", docs[::-1])  # one file, the documents in the reverse order
+    blocks = {expected_text([doc]) for doc in docs}
+
+    def split(pattern, out, **flags):
+        summary = prepare(PrepareConfig(str(tmp_path / pattern), str(tmp_path / out), **flags))
+        dev = shards_text(tmp_path / out / "dev")
+        return summary, set(_blocks(dev)), set(_blocks(shards_text(tmp_path / out)))
+
+    one, held, train = split("in/*.jsonl", "one", num_shards=1, num_workers=1, dev_fraction=0.2)
+    eight, held_8, train_8 = split("in/*.jsonl", "eight", num_shards=8, num_workers=2, dev_fraction=0.2, dev_shards=2)
+    _, held_files, train_files = split("other/*.jsonl", "files", num_shards=3, dev_fraction=0.2)
+    assert one.dev_documents == eight.dev_documents == len(held) == 16 and len(eight.dev_shards) == 2
+    assert held == held_8 == held_files and train == train_8 == train_files
+    assert not held & train and held | train == blocks and one.documents == 80
+    _, five, _ = split("in/*.jsonl", "five", dev_documents=5)  # a count: the five smallest hashes, among them
+    assert len(five) == 5 and five < held
+    with pytest.raises(PrepareError, match="leaves no document to train on"):
+        prepare(PrepareConfig(str(tmp_path / "in/*.jsonl"), str(tmp_path / "all"), dev_documents=80))
+
+
+def _blocks(text):
+    """The documents of shards' text (each ends with a blank line)."""
+    return [block + "\n\n" for block in text.split("\n\n") if block]
+
+
 def test_duplicates_across_files_keep_the_first_and_nodedup_keeps_all(tmp_path):
     docs = generated_documents(6)
     write_jsonl(tmp_path / "in" / "a.jsonl", docs[:4])

@@ -32,6 +32,7 @@ example (one line `dump: error: ...` naming the file, the record and its byte);
 1 with --strict when a record fails the layout or target checks.
 """
 
+import collections
 import dataclasses
 import importlib.util
 import json
@@ -42,7 +43,7 @@ from typing import Optional
 import numpy as np
 
 from xlnet_data.common.progress import CountProgress
-from xlnet_data.dataformat import settings
+from xlnet_data.dataformat import save_dir, settings
 from xlnet_data.dataformat import vocab as _vocab
 from xlnet_data.dataformat.inspection import (
     example_to_json,
@@ -93,6 +94,8 @@ def define_flags():
     flags.DEFINE_integer("task", None, "Only the units (records files, or a cache-backed save_dir's units) of this "
                          "task.", lower_bound=0)
     flags.DEFINE_integer("pass_id", None, "Only the units of this pass.", lower_bound=0)
+    flags.DEFINE_string("split", None, "Only the units of this split (train, dev: create --split); default: "
+                        "every split there, the statistics counting each split's records.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +119,7 @@ def config_from_flags(paths, FLAGS, out) -> DumpConfig:
     if FLAGS.plot and importlib.util.find_spec("matplotlib") is None:
         raise InspectionError("--plot needs matplotlib: pip install matplotlib (or pip install 'xlnet-data[plot]')")
     overrides = {key: FLAGS[key].value for key in settings.READ_KEYS if key != "num_predict"}
-    selection = SelectionConfig(tuple(paths), skip=skip, limit=limit, task=FLAGS.task, pass_id=FLAGS.pass_id,
+    selection = SelectionConfig(tuple(paths), skip=skip, limit=limit, task=FLAGS.task, pass_id=FLAGS.pass_id, split=FLAGS.split,
                                 verify_crc=FLAGS.verify_crc, sp_path=FLAGS.sp_path, corpus_info=FLAGS.corpus_info,
                                 overrides=overrides)
     color = FLAGS.color == "always" or (FLAGS.color == "auto" and out.isatty() and not os.environ.get("NO_COLOR"))
@@ -160,12 +163,14 @@ def _show_stats(config: DumpConfig, chosen: Selection, out, err) -> int:
     num_batch = chosen.record_info_num_batch() if whole and bsz else None
     progress = CountProgress("dump --stats: records", total=num_batch * bsz if num_batch else chosen.config.limit,
                              stream=err)
+    splits = collections.Counter()
 
     def counted(stream):
         for _, path, _, decoded in stream:
             unk.add(path, decoded.input)
             if starts_of is not None:
                 words.add(path, decoded)
+            splits[getattr(save_dir.parse_name(path), "split", None) or "unnamed"] += 1
             progress.update()
             yield decoded
     try:
@@ -178,6 +183,7 @@ def _show_stats(config: DumpConfig, chosen: Selection, out, err) -> int:
     stats["settings"] = chosen.settings.values
     stats["keep_accents"] = chosen.keep_accents
     stats["unk_per_file"] = unk.per_file
+    stats["records_per_split"] = dict(sorted(splits.items()))
     if whole:
         stats["record_info_num_batch"] = chosen.record_info_num_batch()
     if config.format == "json":
@@ -185,6 +191,8 @@ def _show_stats(config: DumpConfig, chosen: Selection, out, err) -> int:
     else:
         print(_preamble(chosen), file=out)
         print(format_stats(stats), file=out)
+        if len(splits) > 1:
+            print(f"{'records per split':26s}{', '.join(f'{k} {v}' for k, v in sorted(splits.items()))}", file=out)
     if config.plot:
         plot_stats(stats, config.plot)
         print(f"wrote {config.plot}", file=err)

@@ -22,6 +22,7 @@ from xlnet_data import cli
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import provenance, save_dir, settings
 from xlnet_data.dataformat.corpus_info import CorpusInfo
+from xlnet_data.pretrain import held_out
 from xlnet_data.pretrain.config import ExportConfig, RunConfig, XLNetConfig
 
 FLAGS = flags.FLAGS
@@ -34,7 +35,8 @@ def define_flags():
     flags.DEFINE_string("model_dir", None, "A model_dir of train_gpu: its latest checkpoint, with its xlnet_config.json "
                         "and run_config.json.")
     flags.DEFINE_string("checkpoint", None, "Export this checkpoint instead (a prefix such as model.ckpt-1000, or a "
-                        "directory with a `checkpoint` file; ours or an original TF1 one).")
+                        "directory with a `checkpoint` file; ours or an original TF1 one); `best`: --model_dir's "
+                        "checkpoint of the lowest held-out loss (model_dir/best/).")
     flags.DEFINE_string("xlnet_config", None, "The model's xlnet_config.json (default: the one in --model_dir, or "
                         "beside --checkpoint).")
     flags.DEFINE_string("sp_path", None, "The SentencePiece model the records were made with (becomes the tokenizer; "
@@ -98,7 +100,11 @@ def config_from_flags():
 
     if not FLAGS.output_dir:
         raise ConfigError("--output_dir is needed")
-    if FLAGS.checkpoint:
+    if FLAGS.checkpoint == held_out.BEST_NAME:  # the lowest held-out loss of --model_dir's run
+        if not FLAGS.model_dir:
+            raise ConfigError(f"--checkpoint={held_out.BEST_NAME} needs the --model_dir whose best checkpoint it is")
+        checkpoint, where = held_out.best_checkpoint(FLAGS.model_dir), FLAGS.model_dir
+    elif FLAGS.checkpoint:
         checkpoint, where = FLAGS.checkpoint, _settings_dir(FLAGS.checkpoint)
     elif FLAGS.model_dir:
         checkpoint, where = checkpoints.latest(FLAGS.model_dir), FLAGS.model_dir

@@ -6,10 +6,12 @@ sentence per line, `<eop>` glued to the last sentence of each paragraph but a do
 blank line after every document, in --num_shards files of similar size (shard-00000-of-00004.txt,
 ...). Paragraphs are the lines of a record's text; sentences come from a rule-based splitter for
 --language (Thai, th, is cut at the spaces between sentences); empty and exactly repeated documents
-are dropped and counted. Then:
+are dropped and counted. --dev_fraction (or --dev_documents) holds out whole documents into OUT/dev/
+(for a held-out loss in train_gpu). Then:
 
   python -m xlnet_data.spm_train --input='OUT/*.txt' --model_prefix=spm/my --vocab_size=32000
   python -m xlnet_data.create --input_glob='OUT/*.txt' --sp_path=spm/my.model ...
+  python -m xlnet_data.create --input_glob='OUT/dev/*.txt' --split=dev ...   (the same flags and save_dir)
 """
 
 import os
@@ -42,6 +44,13 @@ def define_flags():
                          "The output is the same for every value.", lower_bound=1)
     flags.DEFINE_bool("dedup", True, "Drop a document that repeats an earlier one exactly (after whitespace "
                       "normalisation); the first copy, in file order, is kept.")
+    flags.DEFINE_float("dev_fraction", 0.0, "Hold out this share of the documents (e.g. 0.01) into "
+                       "OUTPUT_DIR/dev/ (whole documents, chosen by a hash of their text: the same corpus gives the "
+                       "same split on any machine, for any --num_shards and --num_workers); `create --split=dev` "
+                       "makes their records for train_gpu's held-out loss.")
+    flags.DEFINE_integer("dev_documents", 0, "Hold out this many documents instead (as --dev_fraction).",
+                         lower_bound=0)
+    flags.DEFINE_integer("dev_shards", 1, "Files of the held-out documents in OUTPUT_DIR/dev/.", lower_bound=1)
     flags.DEFINE_bool("overwrite", False, "Replace the shards of an earlier run in --output_dir (never read as input, "
                       "even where --input_glob matches them).")
 
@@ -55,7 +64,9 @@ def main(argv):
     summary = prepare(config)
     shards = len(summary.shards)
     empty_shards = f" ({summary.empty_shards} of them empty)" if summary.empty_shards else ""
-    print(f"done: {summary.documents} documents, {summary.paragraphs} paragraphs, {summary.sentences} sentences, "
+    held = (f", {summary.dev_documents} of them held out into {os.path.dirname(summary.dev_shards[0])} "
+            f"({len(summary.dev_shards)} shard(s))" if summary.dev_shards else "")
+    print(f"done: {summary.documents} documents{held}, {summary.paragraphs} paragraphs, {summary.sentences} sentences, "
           f"{summary.characters} characters from {summary.files} file(s) into {shards} shard(s)"
           f"{empty_shards} in {config.output_dir} ({summary.bytes_written / 1e6:.1f} MB); dropped "
           f"{summary.empty_dropped} empty and {summary.duplicates_dropped} duplicate documents; "

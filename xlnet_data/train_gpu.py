@@ -20,7 +20,7 @@ from xlnet_data import cli
 from xlnet_data.common import stopping
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import hf_tokenizer, settings
-from xlnet_data.pretrain import costs
+from xlnet_data.pretrain import costs, held_out
 from xlnet_data.pretrain.config import (
     ACTIVATIONS,
     DECAY_METHODS,
@@ -95,6 +95,15 @@ def _define_run_flags():
     _define("enum", "jit_compile", "Compile each replica's forward and backward pass with XLA. auto: on GPUs (and "
             "uncompiled if XLA cannot compile an op), off on CPUs, where TensorFlow's own kernels are faster, and on "
             "TPUs, which compile the whole step anyway.", JIT_COMPILE)
+    # Held-out evaluation (pretrain/evaluation.py).
+    flags.DEFINE_string("eval_record_info_dir", None, "Held-out records: save_dirs (or tfrecords/ folders) holding a "
+                        "dev split (create --split=dev), one per --record_info_dir dir when mixing. Default: the dev "
+                        "split of each --record_info_dir dir, where they have one.")
+    flags.DEFINE_integer("eval_every", None, "Evaluate the held-out loss every this many steps (and at the last); "
+                         "the lowest one's checkpoint is kept in model_dir/best/. Default: --iterations where there "
+                         "are held-out records; 0: never.", lower_bound=0)
+    _define("integer", "eval_batches", "Held-out batches (of train_batch_size) per evaluation: the first ones, the "
+            "same at every evaluation.")
     _define("bool", "tf32", "Let GPUs run float32 matmuls in TF32 (faster on Ampere and later, about 1e-3 relative "
             "error); off, every float32 matmul is full float32.")
     # Fitting a run (docs/pretraining.md#fitting-a-run).
@@ -174,6 +183,7 @@ def config_from_flags():
         record_dirs, given={flag: FLAGS[flag].value for flag in settings.TRAIN_FLAGS if FLAGS[flag].present},
         defaults={flag: FLAGS[flag].value for flag in settings.TRAIN_FLAGS})
     data = {flag: value for flag, (value, _) in resolved.items()}
+    evaluation = _held_out_flags(record_dirs)
 
     # TensorFlow is imported only now that the records are found (a wrong flag fails fast).
     from xlnet_data.pretrain import hf
@@ -214,7 +224,22 @@ def config_from_flags():
     return cli.config_from_flags(
         TrainConfig, record_info_dir=",".join(d.tfrecords for d in record_dirs), model=model,
         run=run, data=data_config, devices=tuple(FLAGS.devices),
-        device_memory=costs.parse_bytes(FLAGS.device_memory) if FLAGS.device_memory else None)
+        device_memory=costs.parse_bytes(FLAGS.device_memory) if FLAGS.device_memory else None, **evaluation)
+
+
+def _held_out_flags(record_dirs):
+    """eval_record_info_dir and eval_every of TrainConfig: the dev splits beside the records unless given."""
+    eval_every = FLAGS.iterations if FLAGS.eval_every is None else FLAGS.eval_every
+    dirs = held_out.held_out_dirs([d.tfrecords for d in record_dirs], FLAGS.eval_record_info_dir) if eval_every else ""
+    found = len(dirs.split(",")) if dirs else 0
+    if FLAGS.mix_sampling_factor is not None and not FLAGS.eval_record_info_dir and 0 < found < len(record_dirs):
+        raise ConfigError(f"only {found} of the {len(record_dirs)} mixed --record_info_dir dirs hold a dev split: "
+                          "make the others' (create --split=dev), or pass --eval_record_info_dir")
+    if FLAGS["eval_every"].present and eval_every and not dirs:
+        raise ConfigError(f"--eval_every={eval_every}: no held-out records (no dev split in --record_info_dir); "
+                          "make them with prepare --dev_fraction and create --split=dev, or pass "
+                          "--eval_record_info_dir")
+    return {"eval_record_info_dir": dirs, "eval_every": eval_every if dirs else 0}
 
 
 # The training run's settings an export keeps (xlnet_pretraining.json) that train_gpu takes where not given; reuse_len
@@ -277,7 +302,9 @@ def _train():
         print(f"train: stopped by {signal.Signals(result.stopped_by).name} at step {result.step}: {kept}; run the "
               "same command to resume", file=sys.stderr)
         return 128 + result.stopped_by
-    print(f"done: step {result.step}, checkpoints and summaries in {config.model_dir}", file=sys.stderr)
+    best = (f"; best held-out loss {result.best.loss:.4f} at step {result.best.step} "
+            f"({held_out.best_dir(config.model_dir)})" if result.best else "")
+    print(f"done: step {result.step}, checkpoints and summaries in {config.model_dir}{best}", file=sys.stderr)
     return 0
 
 

@@ -47,6 +47,19 @@ def create_settings(config) -> dict:
     return settings
 
 
+# The settings of SETTINGS_KEY that belong to one split (create --split=dev's units read other files into the same
+# save_dir): units of two splits must agree on all the others.
+PER_SPLIT = ("split", "input_glob")
+
+
+def shared_settings(settings):
+    """A SETTINGS_KEY value without PER_SPLIT's keys: what every split of a save_dir shares (what is not a dict
+    is returned as it is)."""
+    if not isinstance(settings, dict):
+        return settings
+    return {key: value for key, value in settings.items() if key not in PER_SPLIT}
+
+
 def created_num_core(settings: dict) -> Optional[int]:
     """The cores a SETTINGS_KEY value's rows were laid out for (the original forces 1 without a TPU); None where
     it does not say."""

@@ -40,6 +40,7 @@ class SelectionConfig:
     limit: Optional[int] = None
     task: Optional[int] = None
     pass_id: Optional[int] = None
+    split: Optional[str] = None  # train, dev (create --split): None, every split there
     verify_crc: bool = True
     sp_path: Optional[str] = None
     corpus_info: Optional[str] = None
@@ -115,14 +116,14 @@ def select(config: SelectionConfig) -> Selection:
 def _find(config: SelectionConfig):
     """(files, where corpus_info.json may be, cache units or None) of the PATHs, --task/--pass_id applied;
     each records file checked against its record_info."""
-    cache_units = _cache_units(config.paths, config.task, config.pass_id, config.sp_path)
+    cache_units = _cache_units(config.paths, config.task, config.pass_id, config.split, config.sp_path)
     if cache_units:  # a cache-backed save_dir: its units' record_infos stand for the files
         return [unit.info_path for unit in cache_units], [save_dir.corpus_info_path(config.paths[0])], cache_units
     files, candidates = resolve_inputs(config.paths)
-    files = [path for path in files if _of_unit(path, config.task, config.pass_id)]
+    files = [path for path in files if _of_unit(path, config.task, config.pass_id, config.split)]
     if not files:
-        raise InspectionError(f"no records file of --task={config.task} --pass_id={config.pass_id} in "
-                              f"{list(config.paths)}")
+        raise InspectionError(f"no records file of --task={config.task} --pass_id={config.pass_id} "
+                              f"--split={config.split} in {list(config.paths)}")
     validation.check_record_files(files)  # each file holds the records its record_info lists
     return files, candidates, None
 
@@ -176,15 +177,16 @@ def _selected_records(files, config: SelectionConfig, cache_units=None):
     return itertools.islice(enumerate(every), config.skip, stop)
 
 
-def _of_unit(path, task, pass_id):
-    """Whether a records or record_info file belongs to the --task / --pass_id selection."""
+def _of_unit(path, task, pass_id, split=None):
+    """Whether a records or record_info file belongs to the --task / --pass_id / --split selection."""
     parsed = save_dir.parse_name(path)
-    if task is None and pass_id is None:
+    if task is None and pass_id is None and split is None:
         return True
-    return parsed is not None and task in (None, parsed.task) and pass_id in (None, parsed.pass_id)
+    return (parsed is not None and task in (None, parsed.task) and pass_id in (None, parsed.pass_id)
+            and split in (None, parsed.split))
 
 
-def _cache_units(paths, task, pass_id, sp_path=None):
+def _cache_units(paths, task, pass_id, split=None, sp_path=None):
     """The selected units of a cache-backed save_dir given as the only PATH (sp_path: where its SentencePiece
     model is now, None: where create recorded it), else None."""
     if len(paths) != 1 or not os.path.isdir(paths[0]):
@@ -192,9 +194,9 @@ def _cache_units(paths, task, pass_id, sp_path=None):
     found = generated.find_cache_units(paths[0], sp_path)
     if not found:
         return None
-    chosen = [unit for unit in found if _of_unit(unit.info_path, task, pass_id)]
+    chosen = [unit for unit in found if _of_unit(unit.info_path, task, pass_id, split)]
     if not chosen:
-        raise InspectionError(f"no unit of --task={task} --pass_id={pass_id} in {paths[0]}")
+        raise InspectionError(f"no unit of --task={task} --pass_id={pass_id} --split={split} in {paths[0]}")
     for unit in chosen:  # a missing or stale cache: one line
         generated.check_cache(unit)
     return chosen

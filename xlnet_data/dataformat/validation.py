@@ -143,14 +143,19 @@ def check_record_files(paths: list[str]) -> None:
 
 
 def check_units_agree(tfrecords_dir: str) -> Optional[str]:
-    """Every record_info of a tfrecords/ folder names the same data flags (`create_settings`) and the same
+    """Every record_info of a tfrecords/ folder names the same data flags (`create_settings`; units of another
+    split, such as create --split=dev's, may differ in record_info.PER_SPLIT's) and the same
     SentencePiece model (`made_from`'s model_sha256, see provenance.py): units of two runs of create
     would be read as one corpus. SaveDirError names two that differ. Returns the model's sha256, or None
     where no record_info records it (an older create)."""
     first: dict = {}
     for info_path in save_dir.record_info_paths(tfrecords_dir):
         unit = save_dir.read_json(info_path)
-        facts = {record_info.SETTINGS_KEY: record_info.recorded_create_settings(unit),
+        settings = record_info.recorded_create_settings(unit)
+        # A split's units share all their settings; another split's (create --split=dev) all but PER_SPLIT's.
+        split = getattr(save_dir.parse_name(info_path), "split", None)
+        facts = {record_info.SETTINGS_KEY: record_info.shared_settings(settings),
+                 ("split", split): settings,
                  "model_sha256": (unit.get(provenance.MADE_FROM) or {}).get("model_sha256")}
         for key, value in facts.items():
             if value is None:
@@ -160,7 +165,7 @@ def check_units_agree(tfrecords_dir: str) -> Optional[str]:
                 continue
             theirs, where = first[key]
             if value != theirs:
-                if key == "create_settings":
+                if key != "model_sha256":
                     what = "; ".join(f"{name}={theirs.get(name)!r} there, {value.get(name)!r} here"
                                      for name in sorted(set(theirs) | set(value)) if theirs.get(name) != value.get(name))
                 else:

@@ -61,6 +61,8 @@ class Plan:
 
 
 def _check_save_dir(save_dir_path, info: CorpusInfo, overwrite):
+    """corpus_info.json there against this run's, on every setting but input_glob: that is each split's own
+    (create --split=dev reads other files into the same save_dir), and _check_units compares it unit by unit."""
     path = save_dir.corpus_info_path(save_dir_path)
     if overwrite or not fileio.exists(path):
         return
@@ -70,7 +72,8 @@ def _check_save_dir(save_dir_path, info: CorpusInfo, overwrite):
         raise
     except (OSError, ValueError):
         return
-    differ = [f"{k} {there.get(k)!r} there, {v!r} here" for k, v in info.settings().items() if there.get(k) != v]
+    differ = [f"{k} {there.get(k)!r} there, {v!r} here" for k, v in info.settings().items()
+              if there.get(k) != v and k != "input_glob"]
     if differ:
         raise CreateError(f"{save_dir_path} holds data made with other flags ({'; '.join(differ)}); "
                           "use another --save_dir, or --overwrite")
@@ -119,12 +122,14 @@ def _check_units(config, paths, model_sha256):
     folder = os.path.join(config.save_dir, save_dir.TFRECORDS)
     for info_path, info in provenance.unit_files(folder):
         theirs = record_info.recorded_create_settings(info)
-        if isinstance(theirs, dict) and theirs != settings:
-            raise CreateError(f"{config.save_dir} holds units made with other data flags ({info_path}: "
-                              f"{'; '.join(_flag_differences(settings, theirs))}); a save_dir holds one run's units: "
-                              "use another --save_dir, or --overwrite to replace them")
         parsed = save_dir.parse_name(info_path)
-        if parsed is None or parsed.task is None or parsed.task >= config.num_task:
+        other_split = parsed is not None and parsed.split not in (None, config.split)
+        ours = record_info.shared_settings(settings) if other_split else settings  # another split: its own files
+        if isinstance(theirs, dict) and (record_info.shared_settings(theirs) if other_split else theirs) != ours:
+            raise CreateError(f"{config.save_dir} holds units made with other data flags ({info_path}: "
+                              f"{'; '.join(_flag_differences(ours, theirs))}); a save_dir holds one run's units: "
+                              "use another --save_dir, or --overwrite to replace them")
+        if other_split or parsed is None or parsed.task is None or parsed.task >= config.num_task:
             continue
         change = provenance.input_change(info.get(provenance.MADE_FROM),
                                          corpus.task_files(paths, parsed.task, config.num_task), model_sha256,
@@ -218,6 +223,8 @@ def _remove_earlier_units(config: CreateConfig):
     removed = 0
     for info_path, info in provenance.unit_files(folder):
         parsed = save_dir.parse_name(info_path)
+        if parsed is not None and parsed.split not in (None, config.split):
+            continue  # another split's units (create --split=dev) stay
         other_task = (config.task is not None and parsed is not None and parsed.task not in config.tasks
                       and parsed.task is not None and parsed.task < config.num_task)
         if other_task and info.get(record_info.SETTINGS_KEY) == settings:
@@ -228,16 +235,19 @@ def _remove_earlier_units(config: CreateConfig):
                 fileio.remove(path)
         removed += 1
     for path in fileio.glob(os.path.join(folder, "*.tfrecords")):  # records whose record_info was lost
-        if save_dir.parse_name(path) and not fileio.exists(save_dir.record_info_of(path)):
+        parsed = save_dir.parse_name(path)
+        if parsed and parsed.split in (None, config.split) and not fileio.exists(save_dir.record_info_of(path)):
             fileio.remove(path)
     if removed:
         log.info("--overwrite: %d unit(s) of the earlier run removed from %s", removed, folder)
 
 
 def prepare_save_dir(config: CreateConfig, plan: Plan, overwrite=False):
-    """Makes save_dir/tfrecords and writes corpus_info.json (when task 0 is part of the run, as the original)."""
+    """Makes save_dir/tfrecords and writes corpus_info.json (when task 0 is part of the run, as the original;
+    it describes the train split: a run of another split writes it only where there is none)."""
     fileio.makedirs(os.path.join(config.save_dir, save_dir.TFRECORDS))
     if overwrite:
         _remove_earlier_units(config)
-    if 0 in config.tasks:
-        plan.corpus_info.write(save_dir.corpus_info_path(config.save_dir))
+    info_path = save_dir.corpus_info_path(config.save_dir)
+    if 0 in config.tasks and (config.split == "train" or not fileio.exists(info_path)):
+        plan.corpus_info.write(info_path)

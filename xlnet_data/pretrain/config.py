@@ -212,6 +212,12 @@ class TrainConfig:
     recompute: bool = False  # each layer's activations recomputed in the backward pass
     device_memory: Optional[int] = None  # bytes of a replica's device to plan for (None: a GPU's own; 0: no check)
     peak_tflops: Optional[float] = None  # one device's dense peak, for the MFU (None: PEAK_TFLOPS by its name)
+    # The held-out loss (pretrain/evaluation.py): the records of eval_split in these comma-separated dirs (one per
+    # source when mixing; "": none), eval_batches of them every eval_every steps (0: never).
+    eval_record_info_dir: str = ""
+    eval_split: str = "dev"
+    eval_every: int = 0
+    eval_batches: int = 10
 
     def __post_init__(self):
         check_field_types(self)
@@ -225,6 +231,12 @@ class TrainConfig:
         for name in ("train_steps", "iterations", "max_save", "gradient_accumulation_steps"):
             need(getattr(self, name) > 0, f"--{name}={getattr(self, name)} must be positive")
         need(self.save_steps is None or self.save_steps > 0, f"--save_steps={self.save_steps} must be positive")
+        need(self.eval_every >= 0 and self.eval_batches > 0,
+             f"--eval_every={self.eval_every} must be >= 0 and --eval_batches={self.eval_batches} positive")
+        need(not self.eval_every or not self.eval_record_info_dir or self.mix_sampling_factor is None
+             or len(self.eval_record_info_dir.split(",")) == len(self.sources),
+             f"--eval_record_info_dir={self.eval_record_info_dir} must name one held-out dir per --record_info_dir "
+             "dir when they are mixed")
         need(self.train_steps <= MAX_TRAIN_STEPS, f"--train_steps={self.train_steps} must be at most {MAX_TRAIN_STEPS}")
         need(self.warmup_steps >= 0, f"--warmup_steps={self.warmup_steps} must not be negative")
         # Comparisons that NaN fails as well as a value out of range.

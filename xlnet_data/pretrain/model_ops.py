@@ -28,7 +28,7 @@ def lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, labels: tf.Ten
     scale goes onto the small operands of the three products (hidden, the product with the table, the
     bias' row sum), which saves a pass over the [rows, n_token] matrix.
     """
-    logits = tf.cast(tf.nn.bias_add(tf.matmul(hidden, table, transpose_b=True), bias), tf.float32)
+    logits = lm_logits(hidden, table, bias)
     prob = tf.nn.softmax(logits)
     at_label = tf.stack([tf.range(tf.shape(logits)[0]), labels], 1)
     logsumexp = tf.reduce_max(logits, axis=-1) - tf.math.log(tf.reduce_max(prob, axis=-1))
@@ -41,6 +41,11 @@ def lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, labels: tf.Ten
                 tf.matmul(scale, residual, transpose_a=True)[0], None)
 
     return loss, grad
+
+
+def lm_logits(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """The LM head's logits [rows, n_token], float32: hidden [rows, d_model] x the tied embedding table + bias."""
+    return tf.cast(tf.nn.bias_add(tf.matmul(hidden, table, transpose_b=True), bias), tf.float32)
 
 
 _SQRT_2_OVER_PI = float(np.sqrt(2 / np.pi))

@@ -43,6 +43,7 @@ class PLMOutput(NamedTuple):
     total_loss: tf.Tensor       # scalar float32: mean loss over target_mask
     token_loss: tf.Tensor       # [bsz, num_predict] (or [bsz, seq_len]) float32, unmasked
     new_mems: Optional[list]    # per layer [mem_len, bsz, d_model]; None when mem_len == 0
+    correct: Optional[tf.Tensor] = None  # like token_loss: 1.0 where the target is the top logit (with_correct)
 
 
 def variable_shapes(config: XLNetConfig) -> dict[str, tuple[int, ...]]:
@@ -344,9 +345,10 @@ class XLNet(tf.Module):
         return output_h, output_g
 
     def plm_loss(self, features: Mapping[str, tf.Tensor], mems: Optional[Sequence] = None,
-                 training: bool = False, recompute: bool = False) -> PLMOutput:
+                 training: bool = False, recompute: bool = False, with_correct: bool = False) -> PLMOutput:
         """Permutation-LM loss of a batch of input-pipeline features (batch-major), as two_stream_loss
-        (recompute: see transformer)."""
+        (recompute: see transformer); with_correct: also whether each target is the model's top prediction
+        (held-out accuracy)."""
         inp_k = tf.transpose(features["input_k"], [1, 0])
         inp_q = tf.transpose(features["input_q"], [1, 0])
         seg_id = tf.transpose(features["seg_id"], [1, 0])
@@ -361,12 +363,16 @@ class XLNet(tf.Module):
                                             target_mapping=target_mapping, inp_q=inp_q, training=training,
                                             recompute=recompute)
         # The LM head, tied to the input embedding, plus its own bias; the softmax in float32 even under bfloat16.
-        loss = ops.lm_loss(tf.reshape(output, [-1, self.config.d_model]),
-                           self._w("transformer/word_embedding/lookup_table"), self._w("lm_loss/bias"),
-                           tf.reshape(target, [-1]))
+        head = (tf.reshape(output, [-1, self.config.d_model]), self._w("transformer/word_embedding/lookup_table"),
+                self._w("lm_loss/bias"))
+        loss = ops.lm_loss(*head, tf.reshape(target, [-1]))
         loss = tf.reshape(loss, tf.shape(target))
         total_loss = tf.reduce_sum(loss * target_mask) / tf.reduce_sum(target_mask)
-        return PLMOutput(total_loss, tf.transpose(loss, [1, 0]), new_mems)
+        correct = None
+        if with_correct:
+            top = tf.reshape(tf.argmax(ops.lm_logits(*head), axis=-1, output_type=tf.int32), tf.shape(target))
+            correct = tf.transpose(tf.cast(tf.equal(top, tf.cast(target, tf.int32)), tf.float32), [1, 0])
+        return PLMOutput(total_loss, tf.transpose(loss, [1, 0]), new_mems, correct)
 
 
 def build_model(xlnet_config: str | XLNetConfig, run: RunConfig, checkpoint: Optional[str] = None,

@@ -63,3 +63,10 @@ def report(step: int, losses: list[float], gnorm, lr, seconds: float, cost: Step
     with writer.as_default(step=step):
         for key, value in {**scalars, **rates}.items():  # tf.summary.scalar, without needing the tensorboard package
             tf.summary.write(key, tf.constant(value, tf.float32), metadata=_SCALAR_METADATA)
+
+
+def write_scalars(step: int, scalars: dict[str, float], writer) -> None:
+    """TensorBoard scalars of `step` (the held-out ones: evaluation.py)."""
+    with writer.as_default(step=step):
+        for key, value in scalars.items():
+            tf.summary.write(key, tf.constant(value, tf.float32), metadata=_SCALAR_METADATA)

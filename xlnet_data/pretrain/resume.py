@@ -171,6 +171,7 @@ def check_model_dir(cfg: TrainConfig, chief: bool) -> None:
     # This run's settings, for export_hf's config.json (memory, attention) and tokenizer (uncased, keep_accents);
     # rewritten by every run, since a resumed run may change them.
     settings = {**dataclasses.asdict(cfg.run), "seq_len": cfg.data.seq_len, "perm_size": cfg.data.perm_size,
+                "train_batch_size": cfg.data.bsz_per_host,  # with seq_len, the tokens of a step (curves.py)
                 "num_predict": cfg.data.num_predict, "uncased": cfg.data.uncased,
                 # how the last run took its steps (it changes no number: a resume may take others)
                 "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "recompute": cfg.recompute,

@@ -8,6 +8,7 @@
     resume.py        checkpoints (+ the run state for an exact resume), resume, xlnet_config/run_config.json
     reporting.py     the log lines, TensorBoard scalars and the loss guard
     planning.py      the plan (costs.py: parameters, FLOPs, memory) on the run's devices; a run that cannot fit
+    evaluation.py    the held-out loss every --eval_every steps, and the best checkpoint (held_out.py)
     train            the loop: steps, logs, TensorBoard summaries, checkpoints; on SIGTERM/SIGINT
                      a checkpoint at the current step, and the run ends (a re-run resumes exactly)
     dry_run          the plan, a few timed steps, the projected wall time to train_steps; writes nothing
@@ -36,6 +37,8 @@ from xlnet_data.pretrain.distribution import (
     sum_in_graph_order,
     tensor_float_32,
 )
+from xlnet_data.pretrain.evaluation import HeldOut
+from xlnet_data.pretrain.held_out import Best
 from xlnet_data.pretrain.inputs import PermutationFn
 from xlnet_data.pretrain.reporting import check_losses, report
 from xlnet_data.pretrain.resume import (
@@ -71,6 +74,7 @@ class TrainResult:
     sources: list[Source]
     stopped_by: Optional[int] = None  # the signal (SIGTERM, SIGINT) that ended the run early
     checkpoint: Optional[str] = None  # the last checkpoint this run wrote
+    best: Optional[Best] = None  # the lowest held-out loss so far (with --eval_every and held-out records)
 
 
 def open_sources(cfg: TrainConfig, trainer: Trainer, step: int, permutation: Optional[PermutationFn],
@@ -173,6 +177,7 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.di
              "bfloat16" if cfg.run.use_bfloat16 else "float32", "on" if trainer.uses_xla else "off")
     sources, schedule, probs = open_sources(cfg, trainer, step, permutation, resumed)
     writer = tf.summary.create_file_writer(cfg.model_dir) if chief else tf.summary.create_noop_writer()
+    held_out = HeldOut(cfg, trainer, chief, writer) if cfg.eval_every and cfg.eval_record_info_dir else None
 
     saved, saved_step = None, first_step  # this run's last checkpoint (the one it resumed from is at first_step)
     saved_losses: dict[str, float] = {}  # this run's checkpoints: the mean loss of the steps before each
@@ -220,6 +225,10 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.di
                 log.info("%s", mixture_line([source.steps for source in sources], probs, cfg.sources))
             losses.extend(window)
             window, tic = [], time.time()
+        if held_out and held_out.due(step):
+            started = time.time()
+            held_out.evaluate(step)
+            tic += time.time() - started  # not training's time (but for the steps still queued on the device)
         if chief and (cfg.save_steps and step % cfg.save_steps == 0 or step == cfg.train_steps):
             checkpoint()
     if (stop.signum is not None or damage is not None) and chief and step != saved_step:
@@ -231,4 +240,4 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.di
         kept = f"; {saved} holds the steps before it" if saved else ""
         raise DamagedRecordsError(f"{damage} (training stopped at step {step}{kept})")
     return TrainResult(step, first_step, losses + [float(value) for value in window], trainer, sources,
-                       stop.signum, saved)
+                       stop.signum, saved, held_out.best if held_out else None)

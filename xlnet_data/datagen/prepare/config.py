@@ -30,6 +30,10 @@ class PrepareConfig:
     num_workers: int = 1
     dedup: bool = True  # drop exact duplicates (after whitespace normalisation) of an earlier document
     overwrite: bool = False
+    # The held-out share (shards.py's DEV_DIR): this fraction of the documents, or this many, chosen by their hash.
+    dev_fraction: float = 0.0
+    dev_documents: int = 0
+    dev_shards: int = 1
 
     def validate(self):
         if not self.input_glob:
@@ -48,4 +52,11 @@ class PrepareConfig:
             raise PrepareError(f"num_shards must be at least 1, not {self.num_shards}")
         if self.num_workers < 1:
             raise PrepareError(f"num_workers must be at least 1, not {self.num_workers}")
+        if not 0 <= self.dev_fraction < 1:  # NaN fails too
+            raise PrepareError(f"--dev_fraction={self.dev_fraction} must be in [0, 1)")
+        if self.dev_documents < 0 or self.dev_shards < 1:
+            raise PrepareError(f"--dev_documents={self.dev_documents} must be >= 0 and --dev_shards="
+                               f"{self.dev_shards} >= 1")
+        if self.dev_fraction and self.dev_documents:
+            raise PrepareError("--dev_fraction and --dev_documents both set: give one (a share, or a count)")
         return self

@@ -28,6 +28,9 @@ from xlnet_data.datagen.prepare.sentences import format_document, require_splitt
 
 SHARD_NAME = "shard-{index:05d}-of-{count:05d}.txt"
 SHARD_GLOB = "shard-*-of-*.txt"
+# The held-out documents' shards (--dev_fraction, --dev_documents) go into this subfolder of output_dir, so that
+# a glob of the train shards (OUT/*.txt) never matches them; `create --split=dev` makes their records.
+DEV_DIR = "dev"
 # One entry per written document: its 128-bit hash, where it ends in its part, and what it holds.
 INDEX_DTYPE = np.dtype([("hash_hi", "<u8"), ("hash_lo", "<u8"), ("end", "<i8"), ("paragraphs", "<u4"),
                         ("sentences", "<u4"), ("characters", "<u8")])
@@ -64,6 +67,8 @@ class PrepareSummary:
     empty_shards: int
     text_files: int = 0  # of `files`, those read as plain text, and the documents read from them
     text_documents: int = 0
+    dev_documents: int = 0  # of `documents`, held out into dev_shards
+    dev_shards: list = dataclasses.field(default_factory=list)
 
     def layout_warning(self, text_layout: str) -> Optional[str]:
         """One line when the plain-text files look like one document each (many files, each cut into a few to a
@@ -144,8 +149,10 @@ def _real(path):
 
 
 def _check_output_dir(config):
-    """Refuses to mix with shards of an earlier run unless --overwrite; returns those shards."""
-    earlier = fileio.glob(os.path.join(config.output_dir, SHARD_GLOB)) if fileio.exists(config.output_dir) else []
+    """Refuses to mix with shards of an earlier run (its held-out ones included) unless --overwrite; returns
+    those shards."""
+    earlier = [path for folder in (config.output_dir, os.path.join(config.output_dir, DEV_DIR))
+               if fileio.exists(folder) for path in fileio.glob(os.path.join(folder, SHARD_GLOB))]
     if earlier and not config.overwrite:
         raise PrepareError(f"{config.output_dir} already holds {len(earlier)} shard file(s) "
                            f"({os.path.basename(earlier[0])}, ...); pass --overwrite to replace them")
@@ -186,6 +193,25 @@ def _kept(index, dedup):
         repeat = (hi[1:] == hi[:-1]) & (lo[1:] == lo[:-1])
         keep[order[1:][repeat]] = False
     return keep
+
+
+def held_out(index, keep, config):
+    """A mask over the index rows: the kept documents set aside as held-out (--dev_fraction of them, or
+    --dev_documents), those of the smallest hashes of their text, so that the split depends on the documents
+    alone, not on their files, the shards or the workers (and a repeated text, with --nodedup, goes with its
+    copies)."""
+    rows = np.flatnonzero(keep)
+    count = config.dev_documents or round(config.dev_fraction * len(rows))
+    held = np.zeros(len(index), dtype=bool)
+    if not count:
+        return held
+    if count >= len(rows):
+        raise PrepareError(f"--dev_documents={count} leaves no document to train on: the input has {len(rows)} "
+                           "(after dropping empty and repeated ones); hold out fewer")
+    hi, lo = index["hash_hi"][rows], index["hash_lo"][rows]
+    last = np.lexsort((lo, hi))[count - 1]
+    held[rows[(hi < hi[last]) | ((hi == hi[last]) & (lo <= lo[last]))]] = True
+    return held
 
 
 def _write_shards(results, keep, paths):
@@ -243,6 +269,7 @@ def prepare(config, stream=None):
     new_dir = not fileio.exists(config.output_dir)  # a failed run removes it again
     fileio.makedirs(config.output_dir)
     paths = shard_paths(config.output_dir, config.num_shards)
+    dev_paths = shard_paths(os.path.join(config.output_dir, DEV_DIR), config.dev_shards)
     work_dir = tempfile.mkdtemp(prefix=f"{fileio.TMP_MARK}prepare-",
                                 dir=None if fileio.is_remote(config.output_dir) else config.output_dir)
     try:
@@ -251,7 +278,11 @@ def prepare(config, stream=None):
         results = _run_workers(config, jobs, _PrepareProgress(sum(sizes), stream=stream or sys.stderr))
         index = np.concatenate([r.index for r in results])
         keep = _kept(index, config.dedup)
-        written, empty_shards = _write_shards(results, keep, paths)
+        held = held_out(index, keep, config)
+        written, empty_shards = _write_shards(results, keep & ~held, paths)
+        if held.any():
+            fileio.makedirs(os.path.dirname(dev_paths[0]))
+            written += _write_shards(results, held, dev_paths)[0]
     except BaseException:
         shutil.rmtree(work_dir, ignore_errors=True)
         if new_dir and not fileio.is_remote(config.output_dir):
@@ -260,7 +291,7 @@ def prepare(config, stream=None):
         raise
     shutil.rmtree(work_dir, ignore_errors=True)
     for path in earlier:
-        if path not in paths:
+        if path not in paths and not (held.any() and path in dev_paths):
             fileio.remove(path)
     kept = index[keep]
     text = [r for r in results if readers.format_of(r.path, config.format) == "text"]
@@ -269,4 +300,5 @@ def prepare(config, stream=None):
         duplicates_dropped=int(len(index) - keep.sum()), documents=len(kept),
         paragraphs=int(kept["paragraphs"].sum()), sentences=int(kept["sentences"].sum()),
         characters=int(kept["characters"].sum()), bytes_written=written, shards=paths,
-        empty_shards=empty_shards, text_files=len(text), text_documents=sum(r.documents for r in text))
+        empty_shards=empty_shards, text_files=len(text), text_documents=sum(r.documents for r in text),
+        dev_documents=int(held.sum()), dev_shards=dev_paths if held.any() else [])

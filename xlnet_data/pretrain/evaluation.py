@@ -1,0 +1,150 @@
+"""The held-out loss: the model's own PLM loss on the same held-out batches at every evaluation.
+
+    Evaluator   one source's first `num_batches` held-out batches: loss, accuracy of the predicted tokens
+    HeldOut     a run's evaluations: each source's and their mixture's, the log line and TensorBoard scalars,
+                and the best checkpoint (model_dir/best/, held_out.py), which a resumed run keeps
+
+What makes the numbers comparable from one evaluation to the next: no dropout; the factorization order of each
+batch drawn, as training draws it, from (--seed, the index of the batch's first example), so always the same
+one; memories started afresh at each evaluation and carried across its batches, as training carries them; the
+loss of every predicted token summed in float64 over the replicas (gathered, so that any replica count gives the
+same sum) and divided by their number. Training's log line is the mean of each step's per-replica means on
+the batch it has just trained on, with dropout and a new order: see docs/pretraining.md for how the two differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from xlnet_data.pretrain import checkpoints, held_out
+from xlnet_data.pretrain.cache_input import CacheFeed
+from xlnet_data.pretrain.config import TrainConfig
+from xlnet_data.pretrain.distribution import batch_iterator
+from xlnet_data.pretrain.inputs import PermutationFn, find_records
+from xlnet_data.pretrain.reporting import write_scalars
+from xlnet_data.pretrain.sources import replica_batches, sampling_probs, source_tokens
+from xlnet_data.pretrain.trainer import Trainer
+
+log = logging.getLogger("xlnet_data")
+
+
+@dataclasses.dataclass(frozen=True)
+class Measure:
+    """One evaluation of one source (or of the mixture)."""
+
+    loss: float  # mean cross-entropy (nats) of the predicted tokens
+    accuracy: float  # share of the predicted tokens that are the model's top prediction
+    tokens: int  # predicted tokens counted
+
+    @property
+    def scalars(self) -> dict[str, float]:
+        return {"loss": self.loss, "perplexity": math.exp(min(self.loss, 700)),
+                "bits_per_token": self.loss / math.log(2), "accuracy": self.accuracy}
+
+
+class Evaluator:
+    """The first `num_batches` batches (from batch `start`) of one source's held-out records, evaluated with
+    the trainer's model on its strategy. `split` is the records' split (dev; train to evaluate on the training
+    records); `permutation` fixes the factorization orders (default: training's, drawn from cfg.seed)."""
+
+    def __init__(self, cfg: TrainConfig, trainer: Trainer, record_dir: str, num_batches: int, *,
+                 split: str = "dev", start: int = 0, permutation: Optional[PermutationFn] = None):
+        self.cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, split=split, num_passes=None))
+        self.trainer, self.record_dir, self.start, self.permutation = trainer, record_dir, start, permutation
+        available = find_records(record_dir, self.cfg.data).num_batch - start
+        if available < num_batches:
+            log.info("held-out %s: %d batch(es), fewer than --eval_batches=%d: all of them are evaluated",
+                     record_dir, available, num_batches)
+        self.num_batches = max(min(num_batches, available), 0)
+        self._step = None  # made at the first evaluation, once the trainer knows whether XLA compiles
+
+    def _dataset(self, context):
+        return replica_batches(self.record_dir, self.cfg, self.trainer.strategy.num_replicas_in_sync,
+                               start_step=self.start, permutation=self.permutation, input_context=context,
+                               feed=CacheFeed())
+
+    def _replica(self, features, mems):
+        out = self.trainer.model.plm_loss(features, mems, training=False, with_correct=True)
+        mask = tf.cast(features["target_mask"], tf.float32)
+        return out.token_loss * mask, mask, out.correct * mask, out.new_mems
+
+    def _distributed(self, features, mems):
+        strategy = self.trainer.strategy
+        loss, mask, correct, new_mems = strategy.run(self._replica_pass, args=(features, mems))
+        return [strategy.gather(value, axis=0) for value in (loss, mask, correct)], new_mems
+
+    def evaluate(self) -> Measure:
+        """The source's loss and accuracy over its batches, memories started afresh."""
+        if self._step is None:
+            self._replica_pass = (tf.function(self._replica, jit_compile=True) if self.trainer.uses_xla
+                                  else self._replica)
+            self._step = tf.function(self._distributed)
+        batches = batch_iterator(self.trainer.strategy, self._dataset)
+        mems = self.trainer.initial_mems()
+        totals = np.zeros(3)
+        for _ in range(self.num_batches):
+            values, mems = self._step(next(batches), mems)
+            totals += [np.sum(value.numpy(), dtype=np.float64) for value in values]
+        loss, count, correct = totals
+        return Measure(loss / count if count else math.nan, correct / count if count else math.nan, int(count))
+
+
+class HeldOut:
+    """A run's held-out evaluations: one Evaluator per source (the dev split of each mixed dir, or of the dirs
+    read one after the other), the mixture weighted as training samples the sources; the best checkpoint."""
+
+    def __init__(self, cfg: TrainConfig, trainer: Trainer, chief: bool, writer):
+        self.cfg, self.trainer, self.chief, self.writer = cfg, trainer, chief, writer
+        dirs = cfg.eval_record_info_dir.split(",")
+        groups = dirs if cfg.mix_sampling_factor is not None else [cfg.eval_record_info_dir]
+        self.evaluators = [Evaluator(cfg, trainer, group, cfg.eval_batches, split=cfg.eval_split) for group in groups]
+        self.labels = [held_out.source_label(group.split(",")[0]) for group in groups]
+        self.probs = (sampling_probs([source_tokens(name, cfg.data) for name in cfg.sources], cfg.mix_sampling_factor)
+                      if len(groups) > 1 else np.ones(1))
+        self.best = held_out.read_best(cfg.model_dir)  # a resumed run keeps the best so far
+        if self.best:
+            log.info("best held-out loss so far %.4f at step %d (%s)", self.best.loss, self.best.step,
+                     held_out.best_dir(cfg.model_dir))
+
+    def due(self, step: int) -> bool:
+        return step % self.cfg.eval_every == 0 or step == self.cfg.train_steps
+
+    def evaluate(self, step: int) -> Measure:
+        """Evaluates every source, logs and writes the numbers, keeps the checkpoint when it is the best."""
+        measures = [evaluator.evaluate() for evaluator in self.evaluators]
+        mixture = measures[0] if len(measures) == 1 else Measure(
+            float(np.dot(self.probs, [m.loss for m in measures])),
+            float(np.dot(self.probs, [m.accuracy for m in measures])), sum(m.tokens for m in measures))
+        scalars = {f"held_out/{key}": value for key, value in mixture.scalars.items()}
+        if len(measures) > 1:
+            for label, measure in zip(self.labels, measures):
+                scalars |= {f"held_out/{label}/{key}": value for key, value in measure.scalars.items()}
+                log.info("step %d | held-out %s | loss %.4f | pplx %.2f | bpt %.4f | acc %.2f%%", step, label,
+                         measure.loss, *list(measure.scalars.values())[1:3], 100 * measure.accuracy)
+        write_scalars(step, scalars, self.writer)
+        if self.best is None or mixture.loss < self.best.loss:
+            self._keep_best(step, mixture, measures)
+        log.info("step %d | held-out loss %.4f | pplx %.2f | bpt %.4f | acc %.2f%% | %d tokens | best %.4f at step %d",
+                 step, mixture.loss, mixture.scalars["perplexity"], mixture.scalars["bits_per_token"],
+                 100 * mixture.accuracy, mixture.tokens, self.best.loss, self.best.step)
+        return mixture
+
+    def _keep_best(self, step: int, mixture: Measure, measures: list[Measure]) -> None:
+        """model_dir/best/: the weights at `step` (one checkpoint, the earlier best deleted) and best.json."""
+        name = f"model.ckpt-{step}"
+        self.best = held_out.Best(step, mixture.loss, name, {
+            "eval_record_info_dir": self.cfg.eval_record_info_dir, "eval_batches": self.cfg.eval_batches,
+            "sources": {label: m.loss for label, m in zip(self.labels, measures)}})
+        if not self.chief:
+            return
+        model = self.trainer.model
+        checkpoints.save(os.path.join(held_out.best_dir(self.cfg.model_dir), name),
+                         {"global_step": self.trainer.optimizer.step, **model.weights}, max_save=1)
+        held_out.write_best(self.cfg.model_dir, self.best)
