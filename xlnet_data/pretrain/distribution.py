@@ -119,7 +119,12 @@ def batch_iterator(strategy: tf.distribute.Strategy, dataset_fn):
     same batches, but a distributed dataset's iterator, even over one CPU and even unread, doubled the CPU time of
     every step run by TensorFlow's Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0, TensorFlow's default on CPUs without
     AVX512_VNNI: BENCHMARKS.md)."""
+    return iter(batch_source(strategy, dataset_fn))
+
+
+def batch_source(strategy: tf.distribute.Strategy, dataset_fn):
+    """What batch_iterator iterates: each iter() of it starts its batches again (the held-out evaluation's)."""
     device = strategy.extended.worker_devices[0]
     if isinstance(strategy, tf.distribute.OneDeviceStrategy) and tf.DeviceSpec.from_string(device).device_type == "CPU":
-        return iter(dataset_fn(tf.distribute.InputContext()))
-    return iter(strategy.distribute_datasets_from_function(dataset_fn))
+        return dataset_fn(tf.distribute.InputContext())
+    return strategy.distribute_datasets_from_function(dataset_fn)

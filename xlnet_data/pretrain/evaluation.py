@@ -26,7 +26,7 @@ import tensorflow as tf
 from xlnet_data.pretrain import checkpoints, held_out
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import TrainConfig
-from xlnet_data.pretrain.distribution import batch_iterator
+from xlnet_data.pretrain.distribution import batch_source
 from xlnet_data.pretrain.inputs import PermutationFn, find_records
 from xlnet_data.pretrain.reporting import write_scalars
 from xlnet_data.pretrain.sources import replica_batches, sampling_probs, source_tokens
@@ -64,6 +64,7 @@ class Evaluator:
                      record_dir, available, num_batches)
         self.num_batches = max(min(num_batches, available), 0)
         self._step = None  # made at the first evaluation, once the trainer knows whether XLA compiles
+        self._batches = None  # the batches, made once: each evaluation iterates them from the start
 
     def _dataset(self, context):
         return replica_batches(self.record_dir, self.cfg, self.trainer.strategy.num_replicas_in_sync,
@@ -86,7 +87,8 @@ class Evaluator:
             self._replica_pass = (tf.function(self._replica, jit_compile=True) if self.trainer.uses_xla
                                   else self._replica)
             self._step = tf.function(self._distributed)
-        batches = batch_iterator(self.trainer.strategy, self._dataset)
+            self._batches = batch_source(self.trainer.strategy, self._dataset)
+        batches = iter(self._batches)
         mems = self.trainer.initial_mems()
         totals = np.zeros(3)
         for _ in range(self.num_batches):
