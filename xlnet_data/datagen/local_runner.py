@@ -87,6 +87,8 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
                 pool.run(_encode_and_run_unit, single_jobs, on_done=on_unit_done, on_counts=on_counts)
                 pool.run(_encode_task, encode_jobs, on_done=lambda index, result: None, on_counts=on_counts)
                 pool.run(_run_unit, unit_jobs, on_done=on_unit_done, on_counts=on_counts)
-    finally:
-        progress.close(*counts, len(done), len(todo))
+    except BaseException:
+        progress.close()  # the error is the last line
+        raise
+    progress.close(*counts, len(done), len(todo))  # the counts the summary has
     return sorted(done, key=lambda result: (result.unit.task, result.unit.pass_id))
