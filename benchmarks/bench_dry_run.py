@@ -60,8 +60,9 @@ def main():
     parser.add_argument("--sp_path", default=SPM, help="the SentencePiece model of the records (default: ../shared's)")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench_dry_run")
-    print("| shape | steps | projected (s) | real run (s) | projected / real |")
-    print("|---|---|---|---|---|")
+    print("| shape | steps | dry run: first step (s) | dry run: per step (s) | projected (s) | real run (s) | "
+          "projected / real |")
+    print("|---|---|---|---|---|---|---|")
     try:
         for name in args.shapes.split(","):
             seq_len, reuse_len, num_predict, flags, steps = SHAPES[name]
@@ -72,9 +73,12 @@ def main():
                        f"--iterations={max(steps // 10, 1)}"]
                 dry, _ = command("xlnet_data.train_gpu", *run, "--dry_run", f"--dry_run_steps={args.dry_run_steps}")
                 projected = float(re.search(r"projected: .* \(([\d,.]+) s\)", dry.stdout)[1].replace(",", ""))
+                first, per_step = re.search(r"the first step ([\d.]+) s after start .* then ([\d.e+-]+) s per step",
+                                            dry.stdout).groups()
                 assert not os.path.exists(model_dir), "the dry run wrote to its model_dir"
                 _, real = command("xlnet_data.train_gpu", *run)
-                print(f"| {name} | {steps} | {projected:.1f} | {real:.1f} | {projected / real:.2f} |", flush=True)
+                print(f"| {name} | {steps} | {first} | {per_step} | {projected:.1f} | {real:.1f} | "
+                      f"{projected / real:.2f} |", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

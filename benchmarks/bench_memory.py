@@ -42,16 +42,12 @@ def train_config(name, micro_batches=1, recompute=False, bfloat16=False, steps=3
     from xlnet_data.pretrain import config as C
 
     shape, seq_len, reuse_len, mem_len, num_predict, rows = SHAPES[name]
-    fields = {field.name for field in dataclasses.fields(C.TrainConfig)}
-    # gradient_accumulation_steps and recompute are the trainer's (issue 31's other half).
-    extra = {key: value for key, value in (("gradient_accumulation_steps", micro_batches), ("recompute", recompute))
-             if key in fields}
     return C.TrainConfig(
         record_info_dir="", model_dir="", strategy="one_device", train_steps=steps,
         model=C.XLNetConfig(**shape, ff_activation="gelu", untie_r=True, n_token=32000),
         run=C.RunConfig(mem_len=mem_len, reuse_len=reuse_len, bi_data=True, use_bfloat16=bfloat16),
         data=C.InputConfig(seq_len=seq_len, reuse_len=reuse_len, perm_size=reuse_len, bsz_per_host=rows,
-                           num_predict=num_predict), **extra)
+                           num_predict=num_predict), gradient_accumulation_steps=micro_batches, recompute=recompute)
 
 
 def status_kib(field):
@@ -117,8 +113,7 @@ def main():
                               args.recompute.split(","), args.bfloat16.split(","))
     for shape, k, recompute, bfloat16 in cases:
         cfg = train_config(shape, k, recompute == "on", bfloat16 == "on")
-        plan = costs.memory_plan(cfg.model, dataclasses.replace(
-            costs.step_shape(cfg, 1), micro_batches=k, recompute=recompute == "on"))
+        plan = costs.memory_plan(cfg.model, costs.step_shape(cfg, 1))
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ROOT, "TF_CPU_ALLOCATOR_USE_BFC": "true"}
         result = subprocess.run([sys.executable, __file__, "--_worker", f"--shape={shape}", f"--micro_batches={k}",
                                  f"--recompute={recompute}", f"--bfloat16={bfloat16}", f"--steps={args.steps}"],
