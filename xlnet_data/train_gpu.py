@@ -72,11 +72,11 @@ def _define_run_flags():
     # Training.
     _define("integer", "train_batch_size", "Global batch, split over the replicas (default: the records' bsz_per_host, "
             "which it must equal).")
-    _define("integer", "gradient_accumulation_steps", "Hugging Face's name: each replica's rows in this many "
-            "micro-batches of rows (with bi_data forward rows with their backward rows), run one after the other, "
-            "their gradients summed (each weighted by its targets) and applied once: the global batch and every number "
-            "of the step stay, to float rounding, with 1/K of the activations' memory. It must divide each replica's "
-            "rows (half of them with bi_data); free to change on resume.")
+    _define("integer", "gradient_accumulation_steps", "Gradient accumulation (Hugging Face's name): each replica's rows "
+            "run as this many micro-batches of rows, one after the other (with bi_data each has forward rows and their "
+            "backward rows), their gradients summed by their targets and applied once: K=1's step to float rounding "
+            "with one micro-batch's activations in memory at a time. It must divide each replica's rows (half of them with "
+            "bi_data); a resume may change it.")
     _define("bool", "recompute", "Recompute each layer's activations in the backward pass instead of keeping them: "
             "less memory, about one more forward pass of time, the same gradients (to float rounding).")
     _define("integer", "train_steps", "Total number of steps.")
