@@ -9,6 +9,9 @@ COUNTS = ("files", "lines", "tokens", "records", "num_batch", "dropped_tokens", 
 COUNTS_KEY = "create_counts"  # record_info's key for a unit's COUNTS, read back by runners without metrics
 TOKEN_CACHE_KEY = "token_cache"  # record_info's key of a cache-backed unit (no records): which cache makes them
 INPUT_COUNTS_KEY = "input_counts"
+# record_info's key: the --num_passes of the create run that wrote the unit, the passes 0..N-1 it was to make of
+# its task (absent with --pass_id alone): a reader tells a save_dir of a killed run from one of fewer passes.
+PASSES_KEY = "create_num_passes"
 INPUT_COUNTS = ("chars", "tokens", "unk", "marks", "arabic_marks")  # of an input file: see input_counts
 
 
