@@ -454,6 +454,7 @@ def test_mixing_draws_sources_by_tokens_to_the_alpha():
     probs = T.sampling_probs(tokens, 0.5)
     np.testing.assert_allclose(probs, [10 / 11, 1 / 11])
     np.testing.assert_allclose(T.sampling_probs(tokens, 60.0), [1, 1e-120], rtol=1e-9)  # 2e6 ** 60 overflows
+    np.testing.assert_array_equal(T.sampling_probs(tokens, 1e308), [1, 0])  # the flag's largest
     for seed in range(5):
         schedule = T.mixing_schedule(probs, 1000, seed)
         shares = np.bincount(schedule, minlength=2) / 1000

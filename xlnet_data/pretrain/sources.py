@@ -112,9 +112,10 @@ def sampling_probs(tokens, alpha: float) -> np.ndarray:
     the logarithms: tokens ** alpha itself overflows a float64 for a large alpha (1e9 ** 40)."""
     if alpha == 0:
         return np.full(len(tokens), 1 / len(tokens))
-    with np.errstate(divide="ignore"):  # a source of 0 tokens: log 0 = -inf, probability 0
-        log_weights = alpha * np.log(np.asarray(tokens, dtype=np.float64))
-    weights = np.exp(log_weights - log_weights.max())
+    # log 0 = -inf (a source of 0 tokens: probability 0); a huge alpha times a negative log ratio: -inf, also 0.
+    with np.errstate(divide="ignore", over="ignore"):
+        logs = np.log(np.asarray(tokens, dtype=np.float64))
+        weights = np.exp(alpha * (logs - logs.max()))  # the largest is 1: alpha * log(tokens) itself may be inf
     return weights / weights.sum()
 
 
