@@ -131,9 +131,9 @@ def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_recor
     for (_, chief), (_, worker) in (first, second):
         assert "saved " in chief and "saved " not in worker
     names = sorted(os.listdir(model_dir))
-    assert [name for name in names if not name.startswith("events.out.tfevents.")] == [
-        "checkpoint", "model.ckpt-3.data-00000-of-00001", "model.ckpt-3.index", "model.ckpt-6.data-00000-of-00001",
-        "model.ckpt-6.index", "run_config.json", "xlnet_config.json"]
+    assert [name for name in names if not name.startswith("events.out.tfevents.")] == [  # the chief's lock, too
+        ".train.lock", "checkpoint", "model.ckpt-3.data-00000-of-00001", "model.ckpt-3.index",
+        "model.ckpt-6.data-00000-of-00001", "model.ckpt-6.index", "run_config.json", "xlnet_config.json"]
     assert len([name for name in names if name.startswith("events.out.tfevents.")]) == 2
 
     # A worker whose model_dir is not the chief's (no shared filesystem) would start from step 0: refused.

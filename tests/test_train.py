@@ -30,9 +30,9 @@ RECORD_FLAGS = ["--bsz_per_host=8", "--num_core_per_host=1", "--seq_len=64", "--
                 "--num_predict=10", "--uncased"]
 
 
-def _create(sample_spm, save_dir, input_glob):
+def _create(sample_spm, save_dir, input_glob, *more):
     result = run_module("xlnet_data.create", f"--input_glob={input_glob}", f"--sp_path={sample_spm}",
-                        f"--save_dir={save_dir}", *RECORD_FLAGS, "--num_workers=1")
+                        f"--save_dir={save_dir}", *RECORD_FLAGS, "--num_workers=1", *more)
     assert result.returncode == 0, result.stderr
     return str(save_dir)
 
@@ -62,7 +62,8 @@ def tiny_config(record_dir, model_dir, **changes):
     model = C.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu",
                           untie_r=True, n_token=1000)
     run = C.RunConfig(mem_len=changes.pop("mem_len", 32), reuse_len=32, bi_data=True)
-    data = C.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=8, num_predict=10, uncased=True)
+    data = C.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=8, num_predict=10, uncased=True,
+                         num_passes=changes.pop("data_num_passes", None))
     defaults = dict(learning_rate=1e-3, warmup_steps=10, train_steps=20, iterations=10, strategy="one_device")
     return C.TrainConfig(record_info_dir=record_dirs, model_dir=str(model_dir), model=model, run=run, data=data,
                          **{**defaults, **changes})
@@ -91,7 +92,8 @@ def test_cli_trains_a_tiny_model_and_the_loss_falls(records, tmp_path):
 
     # Checkpoints by the original's names (the last one kept), xlnet_config.json, TensorBoard scalars.
     assert sorted(os.listdir(model_dir)) == sorted(
-        ["checkpoint", "xlnet_config.json", "run_config.json", "model.ckpt-200.index", "model.ckpt-200.data-00000-of-00001",
+        [".train.lock", "checkpoint", "xlnet_config.json", "run_config.json", "model.ckpt-200.index",
+         "model.ckpt-200.data-00000-of-00001",
          os.path.basename(glob.glob(str(model_dir / "events.out.tfevents.*"))[0])])
     reader = tf.train.load_checkpoint(str(model_dir))
     assert reader.get_tensor("global_step") == 200
@@ -498,6 +500,8 @@ def test_mixing_draws_sources_by_tokens_to_the_alpha():
     np.testing.assert_allclose(T.sampling_probs(tokens, 0.0), [0.5, 0.5])
     probs = T.sampling_probs(tokens, 0.5)
     np.testing.assert_allclose(probs, [10 / 11, 1 / 11])
+    np.testing.assert_allclose(T.sampling_probs(tokens, 60.0), [1, 1e-120], rtol=1e-9)  # 2e6 ** 60 overflows
+    np.testing.assert_array_equal(T.sampling_probs(tokens, 1e308), [1, 0])  # the flag's largest
     for seed in range(5):
         schedule = T.mixing_schedule(probs, 1000, seed)
         shares = np.bincount(schedule, minlength=2) / 1000

@@ -198,6 +198,130 @@ def test_an_absolute_checkpoint_entry_of_a_moved_model_dir_is_found_in_it(tmp_pa
     np.testing.assert_array_equal(checkpoints.read(checkpoints.latest(str(new)), {"w": (2,)})["w"], [1, 1])
 
 
+# ----- a model_dir knows what it was trained from ----------------------------------------------------
+
+def _made_otherwise(save_dir, tmp_path, name, *, model_sha256=None, input_sha256=None, keep_accents=None):
+    """A copy of save_dir whose record_infos (and corpus_info.json) say its records were made otherwise: with
+    another SentencePiece model (of the same size), from other inputs, or keeping accents. Training reads no
+    more of how records were made than this."""
+    copy = _copy(save_dir, tmp_path, name)
+    for info_path in (copy / "tfrecords").glob("record_info-*.json"):
+        info = json.loads(info_path.read_text())
+        if model_sha256:
+            info["made_from"]["model_sha256"] = model_sha256
+        if input_sha256:
+            info["made_from"]["files"][0]["sha256"] = input_sha256
+        if keep_accents is not None:
+            info["create_settings"]["keep_accents"] = keep_accents
+        info_path.write_text(json.dumps(info))
+    if keep_accents is not None:
+        corpus_info = copy / "corpus_info.json"
+        corpus_info.write_text(json.dumps({**json.loads(corpus_info.read_text()), "keep_accents": keep_accents}))
+    return copy
+
+
+@pytest.fixture(scope="module")
+def trained_one_step(small_records, tmp_path_factory):
+    """A model_dir of one step on small_records (no memory: cheap)."""
+    cfg = tiny_config(small_records, tmp_path_factory.mktemp("one_step") / "model", train_steps=1, mem_len=0)
+    T.train(cfg)
+    return cfg
+
+
+def test_resuming_on_records_of_another_model_or_normalisation_is_refused(small_records, trained_one_step, tmp_path):
+    run_config = Path(trained_one_step.model_dir) / "run_config.json"
+    before = run_config.read_text()
+    other_model = _made_otherwise(small_records, tmp_path, "model_b", model_sha256="b" * 64)
+    accents = _made_otherwise(small_records, tmp_path, "accents", keep_accents=True)
+    for records, fragment in ((other_model, rf"another SentencePiece model \(sha256 [0-9a-f]{{64}}; these records': "
+                                            rf"{'b' * 64}\)"), (accents, r"keep_accents=false \(these records: true\)")):
+        cfg = T.dataclasses.replace(trained_one_step, record_info_dir=str(records / "tfrecords"), train_steps=2)
+        with pytest.raises(ConfigError, match=rf"^--model_dir={cfg.model_dir} was trained on records of {fragment} "
+                                              rf"\({run_config}\): .* or train these in a new --model_dir$"):
+            T.train(cfg)
+        assert run_config.read_text() == before
+    # An --init_checkpoint of ours is refused the same way (run_config.json beside it), before model_dir is made.
+    init = f"{trained_one_step.model_dir}/model.ckpt-1"
+    cfg = T.dataclasses.replace(trained_one_step, record_info_dir=str(other_model / "tfrecords"),
+                                model_dir=str(tmp_path / "new"), init_checkpoint=init)
+    with pytest.raises(ConfigError, match=rf"^--init_checkpoint={init} was trained on records of another SentencePiece "
+                                          rf"model .* \({run_config}\): its embeddings are of other pieces"):
+        T.train(cfg)
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_mixed_run_resumed_with_a_source_swapped_or_reordered_is_refused_and_a_moved_one_resumes(small_records,
+                                                                                                  tmp_path):
+    a, b = small_records, _made_otherwise(small_records, tmp_path, "b", input_sha256="c" * 64)
+    c = _made_otherwise(small_records, tmp_path, "c", input_sha256="d" * 64)
+
+    def cfg(*dirs, steps):
+        return tiny_config(",".join(map(str, dirs)), tmp_path / "model", mix_sampling_factor=1.0, train_steps=steps,
+                           mem_len=0)
+    T.train(cfg(a, b, steps=2))
+    checkpoint = tmp_path / "model" / "model.ckpt-2"
+    with pytest.raises(ConfigError, match=rf"source 2 \({c}/tfrecords\) holds other records than the one {checkpoint} "
+                                          rf"was trained on in that place \(its source 2 was {b}/tfrecords, of other "
+                                          r"records: give the record dirs that run read\)"):
+        T.train(cfg(a, c, steps=3))
+    with pytest.raises(ConfigError, match=rf"source 1 \({b}/tfrecords\) .* \(the same sources in another order: give "
+                                          rf"them as that run did \({a}/tfrecords,{b}/tfrecords\)\)"):
+        T.train(cfg(b, a, steps=3))
+    moved = _copy(b, tmp_path, "b_moved")  # the same records elsewhere: the same source
+    resumed = T.train(cfg(a, moved, steps=3))
+    assert (resumed.first_step, resumed.step) == (2, 3)
+
+
+def test_a_second_train_on_a_busy_model_dir_stops_at_once_naming_the_holder(small_records, tmp_path):
+    model_dir = tmp_path / "model"
+    first = _popen_train(*_train_args(small_records, model_dir, "--train_steps=1000", "--save_steps=1000"))
+    try:
+        lock = model_dir / ".train.lock"
+        deadline = time.monotonic() + 300
+        while not (lock.exists() and f"pid {first.pid} " in lock.read_text()):
+            assert first.poll() is None and time.monotonic() < deadline, "the first run never took the lock"
+            time.sleep(0.05)
+        second = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"))
+        line = _one_line(second, "train", 2)
+        assert line.startswith(f"train: error: {model_dir} is in use by another train_gpu run (pid {first.pid} on "
+                               f"{os.uname().nodename}, started "), line
+        assert line.endswith("; wait for it to end, or use another --model_dir"), line
+        assert first.poll() is None  # the first run trains on
+    finally:
+        first.kill()
+        first.communicate()
+    assert not [n for n in os.listdir(model_dir) if n.startswith("model.ckpt")]  # nothing written by the second
+
+
+def test_missing_passes_are_refused_by_train_and_said_by_dump(sample_spm, small_records, tmp_path):
+    """--num_passes beyond the records' passes, and a save_dir of a create --num_passes=4 killed after 2 units (as
+    it leaves it: units complete or absent), are refused by train_gpu; dump says the save_dir is incomplete."""
+    from xlnet_data.dataformat import selection
+    text = tmp_path / "emma.txt"
+    text.write_text("\n".join((SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:40]) + "\n")
+    whole = Path(_create(sample_spm, tmp_path / "four", text, "--num_passes=4"))
+    killed = _copy(whole, tmp_path, "killed")
+    for pass_id in (2, 3):
+        for path in (killed / "tfrecords").glob(f"*train-0-{pass_id}.*"):
+            path.unlink()
+    info = killed / "tfrecords"
+    incomplete = (f"{info} is incomplete: the create run that wrote it was to make 4 passes (--num_passes=4) and task 0 "
+                  "lacks pass(es) 2, 3 (killed, or still running?): run that create command again to finish it "
+                  "(complete units are kept); passes 0-1 are complete (train_gpu --num_passes=2 reads only those)")
+    with pytest.raises(SaveDirError) as refused:
+        T.check_records(tiny_config(killed, tmp_path / "m"))
+    assert str(refused.value) == incomplete
+    T.check_records(tiny_config(killed, tmp_path / "m", data_num_passes=2))  # the complete passes are read
+    with pytest.raises(SaveDirError, match=rf"^--num_passes=6, but {whole}/tfrecords holds fewer passes \(task 0 lacks "
+                                           r"pass\(es\) 4, 5\): make them with create --num_passes=6 \(it adds the "
+                                           r"missing units\); passes 0-3 are complete"):
+        T.check_records(tiny_config(whole, tmp_path / "m", data_num_passes=6))
+    with pytest.raises(SaveDirError, match=rf"^--num_passes=2, but {small_records}/tfrecords holds fewer passes"):
+        T.check_records(tiny_config(small_records, tmp_path / "m", data_num_passes=2))  # of create without passes
+    assert selection.select(selection.SelectionConfig(paths=(str(killed),))).warnings == [incomplete]
+    assert selection.select(selection.SelectionConfig(paths=(str(whole),))).warnings == []
+
+
 # ----- signals ----------------------------------------------------------------------------------------
 
 def _popen_train(*args):
@@ -254,7 +378,7 @@ def test_a_signal_saves_a_checkpoint_and_the_rerun_equals_an_uninterrupted_run(s
     assert line == (f"train: stopped by {signal.Signals(signum).name} at step {at}: saved {model_dir}/model.ckpt-{at}; "
                     "run the same command to resume")
     names = sorted(n for n in os.listdir(model_dir) if not n.startswith("events."))
-    assert names == ["checkpoint", f"model.ckpt-{at}.data-00000-of-00001", f"model.ckpt-{at}.index",
+    assert names == [".train.lock", "checkpoint", f"model.ckpt-{at}.data-00000-of-00001", f"model.ckpt-{at}.index",
                      "run_config.json", "xlnet_config.json"]
 
     resumed = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, *steps))
@@ -432,8 +556,8 @@ def test_a_full_model_dir_is_one_line_naming_the_checkpoint_and_leaves_no_tempor
     result = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"))
     line = _one_line(result, "train", 2)
     assert line == f"train: error: cannot write checkpoint {model_dir}/model.ckpt-2: No space left on device"
-    assert sorted(n for n in os.listdir(model_dir) if not n.startswith("events.")) == ["run_config.json",
-                                                                                       "xlnet_config.json"]
+    assert sorted(n for n in os.listdir(model_dir) if not n.startswith("events.")) == [
+        ".train.lock", "run_config.json", "xlnet_config.json"]
     _no_temporary_files(model_dir)
 
 
@@ -450,7 +574,7 @@ def test_a_model_dir_full_from_the_start_is_one_line_naming_the_config(small_rec
     result = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"))
     line = _one_line(result, "train", 2)
     assert line == f"train: error: cannot write {model_dir}/xlnet_config.json: No space left on device"
-    assert os.listdir(model_dir) == []
+    assert os.listdir(model_dir) == [".train.lock"]
 
 
 # ----- dump into a closed pipe ------------------------------------------------------------------------

@@ -14,6 +14,9 @@ TOKEN_CACHE_KEY = "token_cache"  # record_info's key of a cache-backed unit (no 
 # re-runs): the model is found again where the save_dir and the model moved together (recorded_model).
 SP_PATH_KEY = "sp_path_from_save_dir"
 INPUT_COUNTS_KEY = "input_counts"
+# record_info's key: the --num_passes of the create run that wrote the unit, the passes 0..N-1 it was to make of
+# its task (absent with --pass_id alone): a reader tells a save_dir of a killed run from one of fewer passes.
+PASSES_KEY = "create_num_passes"
 INPUT_COUNTS = ("chars", "tokens", "unk", "marks", "arabic_marks")  # of an input file: see input_counts
 
 

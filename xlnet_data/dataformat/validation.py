@@ -5,6 +5,7 @@
     check_unit          a record_info's num_batch x bsz_per_host against the records its files hold
     check_record_files  check_unit for every records file that has a record_info beside it
     check_units_agree   the record_infos of a folder were made by one run (data flags, SentencePiece model)
+    missing_passes      the passes a folder lacks: of --num_passes, or of the create run that wrote it (killed)
 
 Each contradiction is a SaveDirError (or a RecordError naming the file, the record and the byte)
 whose one line names the file and the field. The checks are cheap (the record frames are walked,
@@ -12,6 +13,7 @@ not read; only the first batch of a file is parsed), so they run before any trai
 damaged further in is found by the CRC check of whoever reads it.
 """
 
+import collections
 import dataclasses
 import os
 from typing import Optional
@@ -173,3 +175,32 @@ def check_units_agree(tfrecords_dir: str) -> Optional[str]:
                 raise SaveDirError(f"{info_path} and {where} were made by different runs of create ({what}); a "
                                    "save_dir must hold one run's units: make it again with create --overwrite")
     return first.get("model_sha256", (None,))[0]
+
+
+def missing_passes(tfrecords_dir: str, info_paths: list[str], num_passes: Optional[int] = None) -> Optional[str]:
+    """What the units (`info_paths`, of one run's settings) of a folder lack of passes 0..num_passes-1, or
+    without num_passes of the passes their create run was to make (record_info.PASSES_KEY: a killed run), in
+    words with the fix; None when every task that has units has them all (a task too small for one batch has
+    none, and another --task may not have run: tasks without units are not counted)."""
+    passes, planned = collections.defaultdict(set), 0
+    for path in info_paths:
+        name = save_dir.parse_name(path)
+        passes[name.split, name.task].add(name.pass_id)
+        recorded_passes = save_dir.read_json(path).get(record_info.PASSES_KEY)
+        planned = max(planned, recorded_passes if isinstance(recorded_passes, int) else 0)
+    wanted = num_passes or planned
+    lacking = {task: sorted(set(range(wanted)) - found) for task, found in sorted(passes.items())}
+    lacking = {task: missing for task, missing in lacking.items() if missing}
+    if not lacking:
+        return None
+    (_, task), missing = next(iter(lacking.items()))
+    complete = min(missing[0] for missing in lacking.values())  # passes 0..complete-1 are there for every task
+    lacks = f"task {task} lacks pass(es) {', '.join(map(str, missing[:5]))}{' ...' if len(missing) > 5 else ''}"
+    complete_ones = "" if not complete else (f"; {f'passes 0-{complete - 1} are' if complete > 1 else 'pass 0 is'} "
+                                             f"complete (train_gpu --num_passes={complete} reads only those)")
+    if num_passes:
+        return (f"--num_passes={num_passes}, but {tfrecords_dir} holds fewer passes ({lacks}): make them with create "
+                f"--num_passes={num_passes} (it adds the missing units){complete_ones}")
+    return (f"{tfrecords_dir} is incomplete: the create run that wrote it was to make {planned} passes "
+            f"(--num_passes={planned}) and {lacks} (killed, or still running?): run that create command again to "
+            f"finish it (complete units are kept){complete_ones}")

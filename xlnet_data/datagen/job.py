@@ -6,12 +6,12 @@ import os
 from collections.abc import Sequence
 from typing import Optional
 
-from xlnet_data.common import fileio
+from xlnet_data.common import fileio, run_lock
 from xlnet_data.dataformat import record_info, save_dir
 from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples import generated
 from xlnet_data.dataformat.examples.loop import Unit
-from xlnet_data.datagen import run_lock
+from xlnet_data.datagen import save_dir_lock
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import CreateError, make_plan, prepare_save_dir
 from xlnet_data.datagen.units import UnitResult
@@ -88,7 +88,7 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
     """Makes the records of `config` (a validated CreateConfig) in config.save_dir; returns the summary.
     Local paths in it are made absolute first (corpus_info.json records them so).
 
-    The save_dir is locked for the run (a second run on it raises run_lock.SaveDirBusy) and the stale
+    The save_dir is locked for the run (a second run on it raises run_lock.FolderBusy) and the stale
     temporary files of killed runs are removed. Units already complete are skipped unless `overwrite`; the
     token cache (each task encoded once for all its passes) is deleted at the end unless `keep_cache`.
     With write_records off, the records files of units now cache-backed (an earlier run's) are removed at the
@@ -101,11 +101,11 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
     """
     # Absolute before the plan lists the files: a Beam or cluster worker has another working directory.
     config = config.with_absolute_paths()
-    run_lock.refuse_if_busy(config.save_dir)  # first: what a busy save_dir holds is in flux
+    run_lock.refuse_if_busy(config.save_dir, save_dir_lock.SAVE_DIR_LOCK)  # first: what a busy save_dir holds is in flux
     _check_before_locking(config, overwrite)
-    with run_lock.hold(config.save_dir):
+    with run_lock.hold(config.save_dir, save_dir_lock.SAVE_DIR_LOCK):
         plan = make_plan(config, overwrite, keep_cache)  # again: another run may have ended meanwhile
-        run_lock.remove_stale_temporaries(config.save_dir)
+        save_dir_lock.remove_stale_temporaries(config.save_dir)
         prepare_save_dir(config, plan, overwrite)
         try:
             if beam_args is not None:
@@ -117,7 +117,7 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
         except BaseException:
             # The workers are gone (a signal, a failed unit): under the lock every temporary file of a
             # save_dir output is this run's, even one whose worker died before it could remove it.
-            run_lock.remove_stale_temporaries(config.save_dir)
+            save_dir_lock.remove_stale_temporaries(config.save_dir)
             raise
         # Each task's encoded files, read by all its passes (see datagen/encode.py); kept while cache-backed units
         # (--write_records=false) of the save_dir need them.

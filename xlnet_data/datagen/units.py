@@ -110,6 +110,8 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
             record_info.SETTINGS_KEY: record_info.create_settings(config),
             record_info.COUNTS_KEY: {field: getattr(result, field) for field in record_info.COUNTS},
             record_info.INPUT_COUNTS_KEY: result.input_counts}
+    if config.num_passes is not None:
+        info[record_info.PASSES_KEY] = config.num_passes
     if config.write_records:
         result.record_path = record_path
     else:

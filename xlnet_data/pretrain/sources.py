@@ -13,13 +13,16 @@ its rows from step to step.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
 
+from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
-from xlnet_data.dataformat import settings, token_cache, validation
+from xlnet_data.dataformat import provenance, save_dir, settings, token_cache, validation
 from xlnet_data.dataformat.examples.generated import check_cache
 from xlnet_data.dataformat.record_reader import RecordError, read_numbered_examples
 from xlnet_data.pretrain.cache_input import CacheFeed
@@ -84,14 +87,35 @@ def pipeline_rows(data: InputConfig, num_replicas: int, input_context: tf.distri
     return split_host_batch(rows, num_replicas, data.bi_data)[first:first + local].numpy().reshape(-1)
 
 
+def source_identity(source: str) -> str:
+    """What a source's records were made from, wherever they are now: a sha256 of its record dirs' (in order)
+    record_infos' made_from (each input file's size and content hash, or its mtime where too large to hash; the
+    SentencePiece model's sha256), without their paths; "" where no record_info records it (an older create)."""
+    made = []
+    for record_dir in source.split(","):
+        for _, unit in provenance.unit_files(record_dir):
+            recorded = unit.get(provenance.MADE_FROM) or {}
+            files = sorted(f"{f.get('size')} {f.get('sha256') or f.get('mtime_ns')}" for f in recorded.get("files", []))
+            made.append([recorded.get("model_sha256"), files] if recorded else None)
+    if not made or None in made:
+        return ""
+    return hashlib.sha256(json.dumps(made).encode()).hexdigest()
+
+
 def source_tokens(record_dir: str, data: InputConfig) -> int:
     """Tokens in a source's records (batches x rows x seq_len): what mixing weights are based on."""
     return find_records(record_dir, data).num_batch * data.bsz_per_host * data.seq_len
 
 
 def sampling_probs(tokens, alpha: float) -> np.ndarray:
-    """XLM's language sampling: p_i proportional to tokens_i ** alpha (1: by size, 0: uniform)."""
-    weights = np.asarray(tokens, dtype=np.float64) ** alpha
+    """XLM's language sampling: p_i proportional to tokens_i ** alpha (1: by size, 0: uniform), computed from
+    the logarithms: tokens ** alpha itself overflows a float64 for a large alpha (1e9 ** 40)."""
+    if alpha == 0:
+        return np.full(len(tokens), 1 / len(tokens))
+    # log 0 = -inf (a source of 0 tokens: probability 0); a huge alpha times a negative log ratio: -inf, also 0.
+    with np.errstate(divide="ignore", over="ignore"):
+        logs = np.log(np.asarray(tokens, dtype=np.float64))
+        weights = np.exp(alpha * (logs - logs.max()))  # the largest is 1: alpha * log(tokens) itself may be inf
     return weights / weights.sum()
 
 
@@ -116,6 +140,7 @@ class Source:
     position: int = 0  # steps of records read from the start of its stream (the next step reads this one)
     steps: int = 0  # steps this run took from it
     feed: Optional[CacheFeed] = None  # a cache-backed source's generation (its stream's positions are checkpointed)
+    identity: str = ""  # source_identity: what its records were made from (checkpointed with its position)
 
 
 # The settings a TrainConfig must share with the records' corpus_info.json: train_gpu's flag -> the field.
@@ -126,12 +151,19 @@ _RECORD_FIELDS = {"train_batch_size": "InputConfig.bsz_per_host", "n_token": "XL
 
 def check_records(cfg: TrainConfig) -> None:
     """Before training: the config's data settings are the records' (corpus_info.json; ConfigError names the one
-    that is not), and every unit's files hold the records its record_info lists (a cheap walk over the frames;
-    RecordError names the file, the record and the byte where they do not)."""
+    that is not), no pass is missing (validation.missing_passes), and every unit's files hold the records its
+    record_info lists (a cheap walk over the frames; RecordError names the file, the record and the byte where they
+    do not)."""
     objects = {"InputConfig": cfg.data, "XLNetConfig": cfg.model}
     given = {flag: getattr(objects[field.split(".")[0]], field.split(".")[1]) for flag, field in _RECORD_FIELDS.items()}
     settings.check_train_config(cfg.record_info_dir.split(","), given, _RECORD_FIELDS)
+    record_settings = save_dir.RecordSettings.of(cfg.data)
     for name in cfg.sources:
+        for record_dir in name.split(","):  # all the passes asked for, or of the create run, are there
+            info_paths = fileio.glob(save_dir.record_info_glob(record_dir, cfg.data.split, record_settings))
+            lacking = validation.missing_passes(record_dir, info_paths, cfg.data.num_passes)
+            if lacking:
+                raise save_dir.SaveDirError(lacking)
         found = find_records(name, cfg.data)
         for info_path, num_batch, files in found.units:
             validation.check_unit(info_path, num_batch, list(files), cfg.data.bsz_per_host)

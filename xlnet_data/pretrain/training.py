@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -25,7 +26,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from xlnet_data.common import stopping
+from xlnet_data.common import run_lock, stopping
 from xlnet_data.pretrain import checkpoints, planning
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import TrainConfig
@@ -42,7 +43,9 @@ from xlnet_data.pretrain.held_out import Best
 from xlnet_data.pretrain.inputs import PermutationFn
 from xlnet_data.pretrain.reporting import check_losses, report
 from xlnet_data.pretrain.resume import (
+    MODEL_DIR_LOCK,
     ResumedState,
+    check_init_checkpoint,
     check_model_dir,
     resume_or_initialise,
     run_state,
@@ -58,6 +61,7 @@ from xlnet_data.pretrain.sources import (
     mixture_line,
     replica_batches,
     sampling_probs,
+    source_identity,
     source_tokens,
 )
 from xlnet_data.pretrain.trainer import Trainer
@@ -96,7 +100,7 @@ def open_sources(cfg: TrainConfig, trainer: Trainer, step: int, permutation: Opt
         batches = batch_iterator(trainer.strategy, dataset_fn)
         saved_mems = resumed.mems[i] if resumed.mems else None
         mems = trainer.distribute_mems(saved_mems) if saved_mems else trainer.initial_mems()
-        sources.append(Source(name, batches, mems, position=int(start), feed=feed))
+        sources.append(Source(name, batches, mems, position=int(start), feed=feed, identity=source_identity(name)))
     return sources, schedule, probs
 
 
@@ -157,16 +161,21 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
       the job were killed (to test resuming).
     """
     # Full float32 matmuls on GPUs unless asked (TF32 keeps 10 bits of mantissa: ~1e-3 off the original).
-    with stopping.SignalNote() as stop, sum_in_graph_order(), tensor_float_32(cfg.tf32):
-        return _train(cfg, stop, strategy, permutation, stop_after)
+    with stopping.SignalNote() as stop, sum_in_graph_order(), tensor_float_32(cfg.tf32), \
+            contextlib.ExitStack() as held:
+        return _train(cfg, stop, held, strategy, permutation, stop_after)
 
 
-def _train(cfg: TrainConfig, stop: stopping.SignalNote, strategy: Optional[tf.distribute.Strategy],
-           permutation: Optional[PermutationFn], stop_after: Optional[int]) -> TrainResult:
+def _train(cfg: TrainConfig, stop: stopping.SignalNote, held: contextlib.ExitStack,
+           strategy: Optional[tf.distribute.Strategy], permutation: Optional[PermutationFn],
+           stop_after: Optional[int]) -> TrainResult:
     check_records(cfg)
+    check_init_checkpoint(cfg)
     strategy = strategy or make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
     chief = strategy.extended.should_checkpoint  # multi-worker: only the chief writes
     cost = planning.announce(cfg, strategy)  # a run that cannot fit stops here, before the model is built
+    if chief:  # one writer per model_dir: a second run on it stops here (FolderBusy)
+        held.enter_context(run_lock.hold(cfg.model_dir, MODEL_DIR_LOCK))
     check_model_dir(cfg, chief)
     trainer = Trainer(cfg, strategy)
     step, resumed = resume_or_initialise(cfg, trainer)

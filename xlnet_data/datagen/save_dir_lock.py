@@ -1,0 +1,33 @@
+"""create's side of its save_dir lock (common/run_lock.py): the lock's name, and the stale temporary files
+of killed runs, which only the holder may remove."""
+
+import logging
+import os
+import re
+
+from xlnet_data.common import fileio
+from xlnet_data.common.run_lock import FolderLock
+from xlnet_data.dataformat import save_dir
+
+log = logging.getLogger("xlnet_data")
+
+SAVE_DIR_LOCK = FolderLock(".create.lock", "create", "--save_dir")
+_TEMP_NAME = re.compile(re.escape(fileio.TMP_MARK) + r"[0-9a-f]{8}-(?P<final>.+)")
+
+
+def remove_stale_temporaries(folder):
+    """Removes the temporary files (fileio.temp_path_for names) of save_dir outputs that an interrupted
+    run left in `folder`, `folder/tfrecords` and `folder/token_cache`; returns how many. Call it holding
+    the lock: then no other run is writing, so each such file is a dead run's. Other files are left alone."""
+    removed = 0
+    for directory in (folder, os.path.join(folder, save_dir.TFRECORDS), os.path.join(folder, save_dir.TOKEN_CACHE)):
+        if fileio.is_remote(directory) or not os.path.isdir(directory):
+            continue
+        for name in os.listdir(directory):
+            match = _TEMP_NAME.fullmatch(name)
+            if match and save_dir.is_create_output(match["final"]):
+                os.remove(os.path.join(directory, name))
+                removed += 1
+    if removed:
+        log.info("%s: removed %d temporary file(s) left by an interrupted run", folder, removed)
+    return removed
