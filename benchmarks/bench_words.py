@@ -5,10 +5,12 @@
     python benchmarks/bench_words.py cache [--before_root=DIR]
 
 segmenters: each candidate's word starts against the hand-cut sentences of tests/data/words (boundary F1) and
-  its speed on one core (this process pinned, CPU time, best of --rounds) on Chinese text (--zh_text, else the
-  test sentences repeated) and on the Japanese and Thai test sentences repeated to ~200k characters.
-create: create's one pass on the first --lines (and half as many) lines of a Chinese text in XLNet's input
-  format (one sentence per line), with --word_boundaries=zh and without, alternated --rounds times in this run,
+  its speed on one core (this process pinned, CPU time, best of --rounds; blocks of 10,000 characters) on Chinese
+  text (--zh_text, else the test sentences repeated) and on the Japanese and Thai test sentences repeated to
+  ~200k characters.
+create: create's one pass on --lines (and half as many) lines of a Chinese text in XLNet's input format (one
+  sentence per line; repeated where it is shorter), with --word_boundaries=zh and without (the default
+  --span_unit=piece), alternated --rounds times in this run,
   each in a subprocess pinned to core 0 (CPU time, user + system); the per-line cost is the difference of the
   two sizes (start-up cancelled), the ratio flag / no flag its headline. SentencePiece's batch encode of the same
   lines, in this process on the same core, is the yardstick. A SentencePiece model (8,000 pieces, --keep_accents)
@@ -57,14 +59,18 @@ def candidates():
     from pythainlp.tokenize import word_tokenize
     from sudachipy import Dictionary, SplitMode
     jieba.setLogLevel(60)
-    found = [("zh", "rjieba, no HMM (chosen)", words.load_segmenter("zh")),
-             ("zh", "rjieba, HMM", lambda text: rjieba.cut(text, True)), ("zh", "jieba (Python)", jieba.lcut),
+    def cut_by(function):  # a list of words -> load_segmenter's kind: a bool a character
+        return lambda text: words.char_word_starts(text, function(text))
+    found = [("zh", "jieba's dictionary and no-HMM route, compiled: zh_words.py (chosen)", words.load_segmenter("zh")),
+             ("zh", "rjieba, no HMM", cut_by(lambda text: rjieba.cut(text, False))),
+             ("zh", "rjieba, HMM", cut_by(lambda text: rjieba.cut(text, True))),
+             ("zh", "jieba (Python)", cut_by(jieba.lcut)),
              ("ja", "fugashi + unidic-lite (chosen)", words.load_segmenter("ja"))]
     for mode in ("A", "C"):
         tokenizer = Dictionary().create(getattr(SplitMode, mode))
-        found.append(("ja", f"sudachipy {mode}", lambda text, t=tokenizer: [m.surface() for m in t.tokenize(text)]))
+        found.append(("ja", f"sudachipy {mode}", cut_by(lambda text, t=tokenizer: [m.surface() for m in t.tokenize(text)])))
     return found + [("th", "nlpo3 + PyThaiNLP's words (chosen)", words.load_segmenter("th")),
-                    ("th", "pythainlp newmm (Python)", lambda text: word_tokenize(text, engine="newmm"))]
+                    ("th", "pythainlp newmm (Python)", cut_by(lambda text: word_tokenize(text, engine="newmm")))]
 
 
 def cpu_seconds(function, rounds):
@@ -87,8 +93,9 @@ def segmenters(args):
     for language, name, cut in candidates():
         cut(texts[language][:1000])  # dictionaries loaded
         f1 = words.boundary_f1(cut, reference(language))
-        lines = texts[language].split("\n")
-        seconds = cpu_seconds(lambda cut=cut, lines=lines: [cut(line) for line in lines], args.rounds)
+        text = texts[language]
+        blocks = [text[i:i + 10_000] for i in range(0, len(text), 10_000)]  # sudachipy takes at most 49,149 bytes
+        seconds = cpu_seconds(lambda cut=cut, blocks=blocks: [cut(block) for block in blocks], args.rounds)
         print(f"| {language} | {name} | {f1:.3f} | {len(texts[language]) / seconds / 1e6:.2f} |")
 
 
@@ -119,7 +126,8 @@ def span_figures(save_dir, sp_path, boundaries):
 
 def create_cost(args):
     from xlnet_data.datagen import tokenizer
-    lines = Path(args.zh_text).read_text(encoding="utf-8").splitlines()[:args.lines]
+    lines = Path(args.zh_text).read_text(encoding="utf-8").splitlines()
+    lines = (lines * (args.lines // len(lines) + 1))[:args.lines]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for name, count in (("small", len(lines) // 2), ("large", len(lines))):
@@ -134,7 +142,7 @@ def create_cost(args):
             random.Random(r).shuffle(order)
             for size, flag in order:
                 _, cpu = median_create_times(args, str(tmp / size / "*.txt"), str(tmp / f"{size}-{flag}-{r}"),
-                                             [*FLAGS, f"--word_boundaries={flag}", "--span_unit=word"])
+                                             [*FLAGS, f"--word_boundaries={flag}"])
                 times[size, flag].append(cpu)
         import sentencepiece as spm
         sp = spm.SentencePieceProcessor(model_file=args.sp_path)
@@ -151,7 +159,7 @@ def create_cost(args):
     print("| create, one pass, one core | CPU s: half / all of the lines (median of "
           f"{args.rounds}) | M tokens/s, start-up cancelled |\n|---|---|---|")
     for flag in ("spaces", "zh"):
-        print(f"| --word_boundaries={flag} --span_unit=word | {med['small', flag]:.2f} / {med['large', flag]:.2f} | "
+        print(f"| --word_boundaries={flag} | {med['small', flag]:.2f} / {med['large', flag]:.2f} | "
               f"{half / marginal[flag] / 1e6:.3f} |")
     print(f"| yardstick: SentencePiece's batch encode alone | {encode:.2f} (all) | {tokens / encode / 1e6:.3f} |")
     print(f"\ntime with the flag / without: **{marginal['zh'] / marginal['spaces']:.2f}x** (goal ≤ 1.5x)\n")
@@ -182,7 +190,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("what", choices=["segmenters", "create", "cache"])
     parser.add_argument("--zh_text")
-    parser.add_argument("--lines", type=int, default=20000)
+    parser.add_argument("--lines", type=int, default=70000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--before_root")
     add_create_run_flags(parser)

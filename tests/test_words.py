@@ -26,7 +26,7 @@ from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.job import create_records
 from xlnet_data.datagen.units import write_unit_records
 
-for package in ("rjieba", "fugashi", "unidic_lite", "nlpo3", "pythainlp"):
+for package in ("jieba", "fugashi", "unidic_lite", "nlpo3", "pythainlp"):
     pytest.importorskip(package, reason="the words extra (pip install -e '.[words]') is not installed")
 
 DATA = Path(__file__).parent / "data"
@@ -73,7 +73,7 @@ def model(corpus):
 
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_each_segmenter_agrees_with_the_hand_cut_words(language):
-    # Measured: rjieba 0.95, MeCab (unidic-lite) 0.99, nlpo3 0.95 (benchmarks/bench_words.py prints them).
+    # Measured: jieba's route 0.95, MeCab (unidic-lite) 0.99, nlpo3 0.95 (benchmarks/bench_words.py prints them).
     assert words.boundary_f1(words.load_segmenter(language), reference(language)) > 0.93
 
 
@@ -81,8 +81,7 @@ def segmenter_starts(sp, language, line):
     """Independently of words.WordStarts: which of the line's pieces start a span: by the original's rule, or, a
     piece of the segmenter's script, where a word of the segmenter run on the line as written begins (offsets from
     SentencePiece's own alignment)."""
-    cut = words.load_segmenter(language)
-    char_starts = set(np.cumsum([0] + [len(w) for w in cut(line)])[:-1].tolist())
+    char_starts = set(np.flatnonzero(words.load_segmenter(language)(line)).tolist())
     encoded = sp.encode(line, return_type="proto")
     raw = line.encode("utf-8")
     table = vocab.start_piece_table(sp)
@@ -192,3 +191,27 @@ def test_records_cache_and_beam_give_the_same_examples_and_the_flag_changes_them
     assert record_bytes(flagged) != record_bytes(plain)  # the masks moved; the inputs are the same
     info = json.loads(next((cached / "tfrecords").glob("record_info-*.json")).read_text())
     assert info["create_settings"]["word_boundaries"] == "zh"
+
+
+def test_a_missing_segmenter_or_an_unknown_language_is_one_line(monkeypatch):
+    from xlnet_data.common.errors import ConfigError
+    with pytest.raises(ConfigError, match="--word_boundaries=ko must be one of spaces, zh, ja, th"):
+        CreateConfig(word_boundaries="ko").validate()
+    monkeypatch.setattr(words.importlib.util, "find_spec", lambda name: None)  # jieba not installed
+    words.load_segmenter.cache_clear()
+    try:
+        with pytest.raises(words.WordsError, match=r"--word_boundaries=zh needs the jieba package: pip install "
+                                                   r"'xlnet-data\[words\]'"):
+            words.load_segmenter("zh")
+    finally:
+        words.load_segmenter.cache_clear()
+
+
+def test_the_compiled_chinese_route_cuts_where_rjieba_does():
+    """zh_words is jieba's no-HMM cut (rjieba.cut(text, hmm=False)), compiled: the same word starts on every Han
+    character of the test sentences (and of 729k Han characters of 红楼梦: benchmarks/bench_words.py)."""
+    rjieba = pytest.importorskip("rjieba")
+    text = " ".join(sentences("zh")) + " 他们在北京大学的图书馆里研究人工智能和自然语言处理。"
+    han = np.array([any(low <= ord(c) <= high for low, high in words.SCRIPTS["zh"]) for c in text] + [False])
+    got, want = words.load_segmenter("zh")(text), words.char_word_starts(text, rjieba.cut(text, False))
+    assert han.sum() > 700 and got[han].tolist() == want[han].tolist()  # elsewhere only Han pieces read them

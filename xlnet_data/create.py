@@ -48,7 +48,7 @@ def define_flags():
     flags.DEFINE_enum("word_boundaries", defaults.word_boundaries, list(WORD_BOUNDARIES),
                       "Where a masked span can start. spaces: the original's rule (a piece starting with '▁', a "
                       "special token or punctuation), which knows only space-separated scripts; zh, ja, th: also "
-                      "at the words a segmenter finds in Chinese (rjieba), Japanese (MeCab: fugashi, unidic-lite) "
+                      "at the words a segmenter finds in Chinese (jieba's dictionary), Japanese (MeCab: fugashi, unidic-lite) "
                       "or Thai (nlpo3) text (pip install 'xlnet-data[words]'); text in other scripts keeps the "
                       "original's rule. --span_unit=piece and word both follow it.")
     flags.DEFINE_bool("strict", False, "Stop on a line that is not valid UTF-8 instead of replacing its bad bytes.")

@@ -202,7 +202,7 @@ def format_stats(stats):
     if stats["cut_share"] is not None:
         add("spans cutting a word", f"{stats['spans_cutting_words']}  ({100 * stats['cut_share']:.1f}%)")
         add("spans starting a word", f"{100 * stats['start_share']:.1f}%")
-        add("pieces that can start a span", f"{100 * stats['piece_start_share']:.1f}%")
+        add("pieces that can start", f"{100 * stats['piece_start_share']:.1f}% (of text pieces, a span)")
     if stats.get("word_boundaries"):
         add("word boundaries", stats["word_boundaries"])
     for path, counts in stats.get("words_per_file", {}).items():

@@ -15,12 +15,14 @@ create's encode stage records the starts (datagen/encode.py); dump --stats recko
 
 import dataclasses
 import functools
+import importlib.util
 import os
 from collections.abc import Callable
 
 import numpy as np
 
 from xlnet_data.common.errors import UserError
+from xlnet_data.dataformat import zh_words
 from xlnet_data.dataformat.vocab import SPIECE_UNDERLINE, is_start_piece
 
 WORD_BOUNDARIES = ("spaces", "zh", "ja", "th")  # create --word_boundaries; spaces: the original's rule only
@@ -31,7 +33,7 @@ SCRIPTS = {"zh": _HAN, "ja": _HAN + _KANA, "th": ((0x0E00, 0x0E7F),)}  # code po
 # SentencePiece's NFKC splits Thai SARA AM (U+0E33) into NIKHAHIT + SARA AA, which the Thai word lists spell whole:
 # the segmenter reads it recomposed ("ทำ", not "ทํา", else it cuts the word in two).
 _RECOMPOSE = {"th": ("\u0e4d\u0e32", "\u0e33")}
-SEGMENTERS = {"zh": "rjieba (jieba's dictionary, without its HMM)", "ja": "fugashi (MeCab) with unidic-lite",
+SEGMENTERS = {"zh": "jieba's dictionary and no-HMM route, compiled (zh_words.py)", "ja": "fugashi (MeCab) with unidic-lite",
               "th": "nlpo3 (newmm) with PyThaiNLP's dictionary"}
 
 
@@ -44,22 +46,22 @@ def _missing(language, package):
 
 
 @functools.cache
-def load_segmenter(language: str) -> Callable[[str], list]:
-    """The function that cuts a text into its words (strings, in order; spaces may be left out) for `language`,
-    loaded once per process."""
+def load_segmenter(language: str) -> Callable[[str], np.ndarray]:
+    """The function that gives, for a text, a bool per character and one past it: True where a word of
+    `language` begins; loaded once per process."""
     if language == "zh":
-        try:
-            import rjieba
-        except ImportError:
-            raise _missing(language, "rjieba") from None
-        return functools.partial(rjieba.cut, hmm=False)
+        spec = importlib.util.find_spec("jieba")
+        if spec is None:
+            raise _missing(language, "jieba")
+        dictionary = zh_words.load_dictionary(os.path.join(spec.submodule_search_locations[0], "dict.txt"))
+        return functools.partial(zh_words.char_starts, dictionary, functools.partial(_in_scripts, ranges=_HAN))
     if language == "ja":
         try:
             import fugashi
             tagger = fugashi.Tagger("-Owakati")  # unidic-lite's dictionary, found by fugashi
         except (ImportError, RuntimeError):
             raise _missing(language, "fugashi and unidic-lite") from None
-        return lambda text: tagger.parse(text).split()
+        return lambda text: char_word_starts(text, tagger.parse(text).split())
     if language == "th":
         try:
             import nlpo3
@@ -67,24 +69,23 @@ def load_segmenter(language: str) -> Callable[[str], list]:
         except ImportError:
             raise _missing(language, "nlpo3 and pythainlp") from None
         nlpo3.load_dict(os.path.join(os.path.dirname(pythainlp.__file__), "corpus", "words_th.txt"), "xlnet_data_th")
-        return functools.partial(nlpo3.segment, dict_name="xlnet_data_th")
+        return lambda text: char_word_starts(text, nlpo3.segment(text, "xlnet_data_th"))
     raise ValueError(f"no segmenter for {language!r}")
 
 
-def boundary_f1(segment: Callable[[str], list], lines) -> float:
-    """How well a segmenter agrees with hand-cut text (`lines`: lists of words): the F1 of its word starts (the
-    measure by which the segmenters were chosen; tests and benchmarks/bench_words.py)."""
-    def starts(line_words):
-        return set(np.cumsum([0] + [len(w) for w in line_words if w.strip()])[:-1].tolist())
+def boundary_f1(segment: Callable[[str], np.ndarray], lines) -> float:
+    """How well a segmenter (load_segmenter's) agrees with hand-cut text (`lines`: lists of words): the F1 of its
+    word starts (the measure by which the segmenters were chosen; tests and benchmarks/bench_words.py)."""
     hits = found = wanted = 0
     for line in lines:
-        got, want = starts(segment("".join(line))), starts(line)
+        text = "".join(line)
+        got = set(np.flatnonzero(segment(text)[:len(text)]).tolist())
+        want = set(np.flatnonzero(char_word_starts(text, line)[:len(text)]).tolist())
         hits, found, wanted = hits + len(got & want), found + len(got), wanted + len(want)
     return 2 * hits / (found + wanted)
 
 
-def _in_scripts(chars: str, ranges) -> np.ndarray:
-    code_points = np.frombuffer(chars.encode("utf-32-le"), dtype=np.uint32)
+def _in_scripts(code_points: np.ndarray, ranges) -> np.ndarray:
     found = np.zeros(code_points.size, dtype=bool)
     for low, high in ranges:
         found |= (code_points >= low) & (code_points <= high)
@@ -105,23 +106,28 @@ class PieceTable:
         plain = [not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i)) for i in range(len(pieces))]
         text = np.array([piece.replace(SPIECE_UNDERLINE, " ") if keep and piece else " "
                          for piece, keep in zip(pieces, plain)], dtype=object)
-        firsts = "".join(piece[0] for piece in text)
+        firsts = np.frombuffer("".join(piece[0] for piece in text).encode("utf-32-le"), dtype=np.uint32)
         return cls(text, np.fromiter(map(len, text), dtype=np.int64, count=len(text)),
                    np.array([is_start_piece(piece) for piece in pieces], dtype=bool),
                    _in_scripts(firsts, SCRIPTS[language]) & np.array(plain, dtype=bool))
 
 
-def _char_word_starts(text: str, words) -> np.ndarray:
+def char_word_starts(text: str, words) -> np.ndarray:
     """A bool per character of `text` (and one past it): True where one of `words` (the text cut, its spaces
-    perhaps left out) begins; all False where the words are not the text's."""
+    perhaps left out; the text has no NUL) begins; all False where the words are not the text's."""
     starts = np.zeros(len(text) + 1, dtype=bool)
-    lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-    if lengths.sum() == len(text):  # the text cut whole
-        starts[np.cumsum(lengths) - lengths] = True
+    # The words joined by NULs, in C: a word starts after each NUL, less the NULs before it (len() per word in
+    # Python cost as much again).
+    joined = np.frombuffer("\0".join(words).encode("utf-32-le"), dtype=np.uint32)
+    separators = np.flatnonzero(joined == 0)
+    firsts = np.concatenate([[0], separators - np.arange(separators.size)])
+    total = joined.size - separators.size
+    if total == len(text):  # the text cut whole
+        starts[firsts] = True
         return starts
     kept = np.flatnonzero(np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32) != 32)
-    if lengths.sum() == kept.size:  # spaces left out: the words' starts among the other characters
-        starts[kept[(np.cumsum(lengths) - lengths)[lengths > 0]]] = True
+    if total == kept.size:  # spaces left out: the words' starts among the other characters
+        starts[kept[firsts[firsts < total]]] = True
     return starts
 
 
@@ -140,7 +146,7 @@ class WordStarts:
     """Which tokens can start a span, for one model and segmenter: called on a block of ids (int32), it gives a
     bool per id."""
     pieces: PieceTable
-    segment: Callable[[str], list]
+    segment: Callable[[str], np.ndarray]  # load_segmenter's
     language: str
 
     @classmethod
@@ -153,8 +159,8 @@ class WordStarts:
         if not asked.any():
             return starts
         lengths = self.pieces.lengths[ids]
-        text, where = _recomposed("".join(self.pieces.text[ids]), self.language)
-        char_starts = _char_word_starts(text, self.segment(text))
+        text, where = _recomposed("".join(self.pieces.text[ids]).replace("\0", " "), self.language)
+        char_starts = self.segment(text)
         if where is not None:  # back to the pieces' characters
             mapped = np.zeros(where[-1] + 1, dtype=bool)
             mapped[where[char_starts]] = True
