@@ -13,7 +13,7 @@ from absl import flags
 from xlnet_data import cli
 from xlnet_data.common import memory
 from xlnet_data.datagen import beam_runner
-from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, CreateConfig
+from xlnet_data.datagen.config import ENCODERS, SPAN_UNITS, SPLITS, CreateConfig
 from xlnet_data.datagen.job import create_records
 
 log = logging.getLogger("xlnet_data")
@@ -60,6 +60,11 @@ def define_flags():
                       "(about 4.1 bytes a token, once, against ~24 bytes a token per pass of records), and each unit's "
                       "record_info (num_batch included) names it: train_gpu and dump make the very same records from "
                       "it as they read them.")
+    flags.DEFINE_enum("encoder", defaults.encoder, list(ENCODERS),
+                      "Who turns the text into ids (the same ids either way): auto: our own encoder (several times "
+                      "SentencePiece's speed) where it supports the model and agrees with the installed SentencePiece "
+                      "on its check lines and the corpus's first lines, else SentencePiece; ours: our encoder, "
+                      "unchecked; sentencepiece: SentencePiece alone.")
     flags.DEFINE_enum("runner", "local", ["local", "beam"],
                       "local: worker processes on this machine; beam: an Apache Beam pipeline, one element per unit.")
     flags.DEFINE_string("beam_runner", "DirectRunner",

@@ -28,7 +28,7 @@ def is_cache_backed(info: dict) -> bool:
 SETTINGS_KEY = "create_settings"  # record_info's key: the data flags its unit was made with
 # create's flags that do not decide a unit's records (where they go, which units run, how input is read), left
 # out of SETTINGS_KEY: a re-run with other values of these reuses the complete units.
-RUN_ONLY = ("save_dir", "pass_id", "num_passes", "task", "strict", "allow_binary", "write_records")
+RUN_ONLY = ("save_dir", "pass_id", "num_passes", "task", "strict", "allow_binary", "write_records", "encoder")
 
 
 def create_settings(config) -> dict:

@@ -40,6 +40,7 @@ class EncodeSettings:
     use_eod: bool
     strict: bool
     allow_binary: bool
+    encoder: str = "auto"  # who encodes (encoder_check.ENCODERS); the same ids whichever does
 
     @classmethod
     def of(cls, config) -> "EncodeSettings":
@@ -78,10 +79,10 @@ def _packed(flag_chunks):
 
 def _encoded_shards(settings: EncodeSettings, files, sp, on_progress, encode_threads):
     """Each file's corpus.Shard in file order, or None for a file without tokens (warned about)."""
-    encoder = Encoder(sp, encode_threads) if settings.from_raw_text else None
+    encoder = Encoder(sp, encode_threads, settings.encoder) if settings.from_raw_text else None
+    reading = {name: value for name, value in dataclasses.asdict(settings).items() if name != "encoder"}
     for path in files:
-        shard = corpus.read_shard(path, encoder, **dataclasses.asdict(settings), vocab_size=sp.get_piece_size(),
-                                  on_progress=on_progress)
+        shard = corpus.read_shard(path, encoder, **reading, vocab_size=sp.get_piece_size(), on_progress=on_progress)
         if shard is None:
             log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)
         yield shard

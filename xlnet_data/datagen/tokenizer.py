@@ -28,7 +28,7 @@ from xlnet_data.common import fileio, workers
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat import vocab
 from xlnet_data.datagen import corpus
-from xlnet_data.datagen.text import preprocess_texts
+from xlnet_data.datagen.text import Encoder, preprocess_texts
 
 # The original README's spm_train symbols. Control symbols take ids 3..7 after
 # <unk>, <s>, </s>; user-defined ones follow, so <eop> gets 8.
@@ -204,15 +204,15 @@ UNK_MEASURE_BATCH = 10_000  # lines encoded at a time to measure <unk>
 
 
 def unk_counts(model_path, lines, num_threads):
-    """(<unk> pieces, pieces) of `lines` encoded by the model at `model_path`."""
-    sp = spm.SentencePieceProcessor(model_file=model_path)
+    """(<unk> pieces, pieces) of `lines` encoded by the model at `model_path`, as create encodes them."""
+    encoder = Encoder(spm.SentencePieceProcessor(model_file=model_path), num_threads)
     unk = pieces = 0
     batch = []
     for line in [*lines, None]:
         if line is not None:
             batch.append(line)
         if batch and (line is None or len(batch) == UNK_MEASURE_BATCH):
-            ids = np.concatenate([np.asarray(x, dtype=np.int32) for x in sp.encode(batch, num_threads=num_threads)])
+            ids, _ = encoder.encode_batch(batch)
             unk += int(np.count_nonzero(ids == vocab.UNK_ID))
             pieces += int(ids.size)
             batch = []
