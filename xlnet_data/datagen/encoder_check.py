@@ -67,11 +67,10 @@ def _shown(text):
 @functools.lru_cache(maxsize=4)
 def _built(model_bytes: bytes, choice: str):
     """(our encoder or None, the log level and line to say, or None) for a model's bytes."""
-    model = spm_model.read_model_proto(model_bytes)
-    why = unigram_unsupported(model)
+    why = unigram_unsupported(spm_model.read_model_proto(model_bytes))
     if why is None:
         try:
-            encoder = UnigramEncoder(model)
+            encoder = UnigramEncoder(model_bytes)
         except tries.TrieTooLarge as err:
             encoder, why = None, str(err)
     if why is not None:

@@ -21,6 +21,9 @@ from xlnet_data.datagen import spm_normalize, tries
 from xlnet_data.datagen.spm_normalize import one_char_len
 
 UNK_PENALTY = np.float32(10.0)  # unigram_model.cc's kUnkPenalty
+# sentencepiece 0.2.3 shifts the scores of its frontier once they pass about 1e5 in size, a rule we have not
+# reproduced: a line whose path's score passes this (long lines: ~2,000 pieces and more) is left to it.
+LARGEST_SCORE = 5e4
 USER_DEFINED_BONUS = 0.1  # a user-defined symbol's score per UTF-8 byte after its first
 
 
@@ -77,7 +80,8 @@ def _backtrack(size, best_start, best_id, unk_id, path, out, at):
 @compiled.jit()
 def _encode_lines(data, line_starts, slots, scores, unk_id, unk_score, norm_tables, scratch, out):
     """Ids of the lines data[line_starts[i]:line_starts[i + 1] - 1] (each followed by one separator byte):
-    (ids in `out`, grown as needed; the number of ids of each line; the scratch arrays, grown)."""
+    (ids in `out`, grown as needed; the number of ids of each line, -1 for a line left to SentencePiece
+    (LARGEST_SCORE); the scratch arrays, grown)."""
     units, replacements, replacement_lengths, ud_slots, ud_first, ascii_fast, ascii_from, ascii_length, plain, flags = \
         norm_tables
     norm, best_score, best_start, best_id, path = scratch
@@ -96,6 +100,9 @@ def _encode_lines(data, line_starts, slots, scores, unk_id, unk_score, norm_tabl
             best_score, best_start = tries.grown(best_score, size + 1, 0), tries.grown(best_start, size + 1, 0)
             best_id, path = tries.grown(best_id, size + 1, 0), tries.grown(path, size + 1, 0)
         _viterbi(norm, size, slots, scores, unk_id, unk_score, best_score, best_start, best_id)
+        if size and np.abs(best_score[:size + 1]).max() > LARGEST_SCORE:
+            lengths[line] = -1
+            continue
         out = tries.grown(out, total + size, 0)
         count = _backtrack(size, best_start, best_id, unk_id, path, out, total)
         lengths[line] = count
@@ -120,9 +127,13 @@ def unigram_unsupported(model: spm_model.SentencePieceModel):
 
 
 class UnigramEncoder:
-    """SentencePiece's ids of lines of text for a unigram model (unigram_unsupported(model) is None)."""
+    """SentencePiece's ids of lines of text for a unigram model (unigram_unsupported(model) is None), from
+    the model file's bytes; the rare lines of LARGEST_SCORE are encoded by SentencePiece."""
 
-    def __init__(self, model: spm_model.SentencePieceModel):
+    def __init__(self, model_bytes: bytes):
+        import sentencepiece as spm
+        self._sp = spm.SentencePieceProcessor(model_proto=model_bytes)
+        model = spm_model.read_model_proto(model_bytes)
         keys, ids = [], []
         scores = np.zeros(len(model.pieces), dtype=np.float32)
         for i, (piece, score, kind) in enumerate(model.pieces):
@@ -157,4 +168,17 @@ class UnigramEncoder:
             np.frombuffer(data, dtype=np.uint8), line_starts, self._slots, self._scores, self._unk_id,
             self._unk_score, self._norm_tables, self._scratch, self._out)
         self._out = out
-        return out[:total].copy(), lengths
+        flat = out[:total].copy()
+        left = np.flatnonzero(lengths < 0)
+        if left.size:
+            flat, lengths = self._spliced(flat, lengths, left, texts)
+        return flat, lengths
+
+    def _spliced(self, flat, lengths, left, texts):
+        """`flat` with SentencePiece's ids of the lines `left` put in their places."""
+        lengths[left] = 0
+        lines = np.split(flat, np.cumsum(lengths)[:-1])
+        for i, ids in zip(left.tolist(), self._sp.encode([texts[i] for i in left.tolist()], num_threads=1)):
+            lines[i] = np.asarray(ids, dtype=np.int32)
+            lengths[i] = len(ids)
+        return np.concatenate(lines), lengths
