@@ -170,6 +170,26 @@ def normalize(data, pos, end, out, units, replacements, replacement_lengths, ud_
 
 
 @compiled.jit()
+def _ascii_tables(units, replacement_lengths, ud_first):
+    """NormalizerTables.ascii_fast, ascii_from and ascii_length."""
+    fast = np.zeros(128, dtype=np.bool_)
+    from_ = np.full(128, -1, dtype=np.int64)
+    length = np.ones(128, dtype=np.int64)
+    key = np.zeros(2, dtype=np.uint8)
+    for byte in range(128):
+        key[0] = byte
+        fast[byte] = not ud_first[byte]
+        for c in range(128):
+            key[1] = c
+            if tries.darts_longest(units, key, 0, 2)[2] == 2:  # an entry begins with byte, c
+                fast[byte] = False
+        found, value, _ = tries.darts_longest(units, key, 0, 1)
+        if found:
+            from_[byte], length[byte] = value, replacement_lengths[value]
+    return fast, from_, length
+
+
+@compiled.jit()
 def _plain_characters(units, ud_first):
     """NormalizerTables.plain: the code points 0x80-0xFFFF whose UTF-8 bytes lead nowhere in the table."""
     plain = np.zeros(1 << 16, dtype=np.bool_)
@@ -208,15 +228,7 @@ def normalizer_tables(model) -> NormalizerTables:
     ud_first = np.zeros(256, dtype=bool)
     for symbol in symbols:
         ud_first[symbol[0]] = True
-    ascii_fast = np.zeros(128, dtype=bool)
-    ascii_from = np.full(128, -1, dtype=np.int64)
-    ascii_length = np.ones(128, dtype=np.int64)
-    for byte in range(128):
-        pairs = [tries.darts_longest(units, np.array([byte, c], dtype=np.uint8), 0, 2) for c in range(128)]
-        ascii_fast[byte] = not ud_first[byte] and all(walked < 2 for _, _, walked in pairs)
-        length, value, _ = pairs[0]
-        if length:
-            ascii_from[byte], ascii_length[byte] = value, lengths[value]
+    ascii_fast, ascii_from, ascii_length = _ascii_tables(units, lengths, ud_first)
     flags = np.array([model.remove_extra_whitespaces, model.add_dummy_prefix, model.escape_whitespaces])
     return NormalizerTables(units, replacements, lengths, ud_slots, ud_first, ascii_fast, ascii_from,
                             ascii_length, _plain_characters(units, ud_first), flags)
