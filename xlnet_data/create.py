@@ -14,7 +14,7 @@ from xlnet_data import cli
 from xlnet_data.common import memory
 from xlnet_data.dataformat.words import WORD_BOUNDARIES
 from xlnet_data.datagen import beam_runner
-from xlnet_data.datagen.config import SPAN_UNITS, SPLITS, CreateConfig
+from xlnet_data.datagen.config import ENCODERS, SPAN_UNITS, SPLITS, CreateConfig
 from xlnet_data.datagen.job import create_records
 
 log = logging.getLogger("xlnet_data")
@@ -71,6 +71,11 @@ def define_flags():
                       "Make the records although spm_train trained the model with the other --keep_accents (its "
                       "PREFIX.text.json says which), which is refused without it: the model's pieces would not fit "
                       "the text.")
+    flags.DEFINE_enum("encoder", defaults.encoder, list(ENCODERS),
+                      "Who turns the text into ids (the same ids either way): auto: our own encoder (several times "
+                      "SentencePiece's speed) where it supports the model and agrees with the installed SentencePiece "
+                      "on its check lines and the corpus's first lines, else SentencePiece; ours: our encoder, "
+                      "unchecked; sentencepiece: SentencePiece alone.")
     flags.DEFINE_enum("runner", "local", ["local", "beam"],
                       "local: worker processes on this machine; beam: an Apache Beam pipeline, one element per unit.")
     flags.DEFINE_string("beam_runner", "DirectRunner",

@@ -31,21 +31,19 @@ import base64
 import functools
 import json
 import os
-import struct
 import sys
 import unicodedata
-from typing import NamedTuple, Optional
+from typing import Optional
 
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import vocab
+from xlnet_data.dataformat.spm_model import SentencePieceModel, read_model_proto
 from xlnet_data.dataformat.vocab import SPECIAL_SYMBOLS, SPIECE_UNDERLINE, VocabError
 
 TOKENIZER_FILES = ("spiece.model", "tokenizer.json", "tokenizer_config.json")
 # Transformers' converter lowers pieces that end in digit + comma by this much (see the docstring).
 _DIGIT_COMMA_PENALTY = 100.0
-# SentencePiece's piece types (sentencepiece_model.proto).
-_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED = 1, 2, 3, 4
 # SentencePiece's built-in rules whose table is NFKC (plus whitespace and control rules): NFKC runs before
 # them (see the docstring). A custom rule (a TSV) gets no NFKC.
 _NFKC_RULES = ("nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf")
@@ -56,66 +54,6 @@ _REORDER_GUARD = "\ufdd0"
 # rule (Final_Sigma): after a cased letter and case-ignorables, not before case-ignorables and a cased letter.
 _FINAL_SIGMA = ("(?<=" + "|".join(r"\p{Cased}" + r"\p{Case_Ignorable}" * n for n in range(4)) + ")"
                 "\u03a3" r"(?!\p{Case_Ignorable}*\p{Cased})")
-
-
-def _varint(buf: bytes, pos: int):
-    value = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, pos
-
-
-def _fields(buf: bytes):
-    """(field number, value) of a protobuf message: ints for varints, bytes otherwise."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            value, pos = _varint(buf, pos)
-        elif wire_type == 2:
-            size, pos = _varint(buf, pos)
-            value, pos = buf[pos:pos + size], pos + size
-        elif wire_type in (1, 5):
-            size = 8 if wire_type == 1 else 4
-            value, pos = buf[pos:pos + size], pos + size
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire_type}")
-        yield number, value
-
-
-class SentencePieceModel(NamedTuple):
-    pieces: list  # (piece, score, type)
-    charsmap: bytes  # normalizer_spec.precompiled_charsmap
-    normalizer: str  # normalizer_spec.name: "nmt_nfkc" unless spm_train was given another rule
-
-
-def read_model_proto(data: bytes) -> SentencePieceModel:
-    """The pieces and normalisation of a serialized SentencePiece ModelProto (pieces = field 1;
-    normalizer_spec = field 3, its name = field 1, its precompiled_charsmap = field 2)."""
-    pieces, charsmap, name = [], b"", ""
-    for number, value in _fields(data):
-        if number == 1:
-            piece, score, kind = "", 0.0, _NORMAL
-            for sub, sub_value in _fields(value):
-                if sub == 1:
-                    piece = bytes(sub_value).decode("utf-8")
-                elif sub == 2:
-                    score = struct.unpack("<f", sub_value)[0]
-                elif sub == 3:
-                    kind = sub_value
-            pieces.append((piece, score, kind))
-        elif number == 3:
-            for sub, sub_value in _fields(value):
-                if sub == 1:
-                    name = bytes(sub_value).decode("utf-8")
-                elif sub == 2:
-                    charsmap = bytes(sub_value)
-    return SentencePieceModel(pieces, charsmap, name)
 
 
 def _ends_in_digit_comma(piece: str) -> bool:

@@ -37,7 +37,7 @@ SETTINGS_KEY = "create_settings"  # record_info's key: the data flags its unit w
 # create's flags that do not decide a unit's records (where they go, which units run, how input is read), left
 # out of SETTINGS_KEY: a re-run with other values of these reuses the complete units.
 RUN_ONLY = ("save_dir", "pass_id", "num_passes", "task", "strict", "allow_binary", "write_records",
-            "allow_accents_mismatch")
+            "allow_accents_mismatch", "encoder")
 
 
 def create_settings(config) -> dict:

@@ -14,6 +14,7 @@ from xlnet_data.dataformat.words import WORD_BOUNDARIES
 
 SPLITS = ("train", "dev", "test")
 SPAN_UNITS = ("piece", "word")
+ENCODERS = ("auto", "ours", "sentencepiece")  # --encoder; datagen/encoder_check.py says what each does
 
 
 # Upper bounds that keep the compiled loop's arithmetic within int64 and a batch's buffers within memory;
@@ -53,6 +54,7 @@ class CreateConfig:
     allow_binary: bool = False  # read files with NUL bytes or mostly invalid UTF-8 instead of refusing them
     write_records: bool = True  # False: keep the token cache; train_gpu and dump make the records from it
     allow_accents_mismatch: bool = False  # make records with keep_accents other than the model was trained with
+    encoder: str = "auto"  # who encodes the text: "auto" (ours where checked), "ours", "sentencepiece"
 
     def __post_init__(self):
         check_field_types(self)
@@ -112,6 +114,8 @@ class CreateConfig:
             raise ConfigError(f"--task={self.task} must be in [0, --num_task={self.num_task})")
         if self.split not in SPLITS:
             raise ConfigError(f"--split={self.split} must be one of {', '.join(SPLITS)}")
+        if self.encoder not in ENCODERS:
+            raise ConfigError(f"--encoder={self.encoder} must be one of {', '.join(ENCODERS)}")
         if self.span_unit not in SPAN_UNITS:
             raise ConfigError(f"--span_unit={self.span_unit} must be one of {', '.join(SPAN_UNITS)}")
         if self.word_boundaries not in WORD_BOUNDARIES:

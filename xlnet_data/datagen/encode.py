@@ -45,6 +45,7 @@ class EncodeSettings:
     strict: bool
     allow_binary: bool
     word_boundaries: str = "spaces"  # words.WORD_BOUNDARIES
+    encoder: str = "auto"  # who encodes (encoder_check.ENCODERS); the same ids whichever does
 
     @classmethod
     def of(cls, config) -> "EncodeSettings":
@@ -72,10 +73,10 @@ def cache_key(settings: EncodeSettings, files, model_sha256: str) -> str:
 
 def _encoded_shards(settings: EncodeSettings, files, sp, on_progress, encode_threads):
     """Each file's corpus.Shard in file order, or None for a file without tokens (warned about)."""
-    encoder = Encoder(sp, encode_threads) if settings.from_raw_text else None
+    encoder = Encoder(sp, encode_threads, settings.encoder) if settings.from_raw_text else None
     read_settings = {**dataclasses.asdict(settings), "word_starts": None if settings.word_boundaries == "spaces"
                      else WordStarts.of(sp, settings.word_boundaries)}
-    del read_settings["word_boundaries"]
+    del read_settings["word_boundaries"], read_settings["encoder"]
     for path in files:
         shard = corpus.read_shard(path, encoder, **read_settings, vocab_size=sp.get_piece_size(),
                                   on_progress=on_progress)

@@ -10,6 +10,7 @@ import numpy as np
 
 from xlnet_data.dataformat import vocab
 from xlnet_data.dataformat.vocab import SPIECE_UNDERLINE
+from xlnet_data.datagen import encoder_check
 
 
 def _other_spaces(below):
@@ -182,11 +183,17 @@ def _buffer_batch(sp):
 
 
 class Encoder:
-    """Encodes batches of normalised lines to ids exactly as the original's `encode_ids` does, one by one."""
+    """Encodes batches of normalised lines to ids exactly as the original's `encode_ids` does, one by one.
 
-    def __init__(self, sp, num_threads=-1):
+    The ids come from our own encoder where `encoder` (datagen/encoder_check.ENCODERS) and its checks allow
+    it, the first lines it encodes checked against SentencePiece's under "auto"; else from SentencePiece.
+    """
+
+    def __init__(self, sp, num_threads=-1, encoder="auto"):
         self._sp = sp
         self._num_threads = num_threads  # SentencePiece's threads for a batch; -1: all cores
+        self._unigram = encoder_check.unigram_encoder(sp, encoder)
+        self._corpus_checked = encoder != "auto"
         pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
         # Ids whose piece triggers the digit-comma rule: encode_batch replaces them by their split.
         self._digit_comma = np.array(
@@ -233,8 +240,19 @@ class Encoder:
             flat = np.concatenate(parts)
         return flat, lengths
 
+    @property
+    def uses_ours(self) -> bool:
+        """Whether our encoder gives the ids (else SentencePiece)."""
+        return self._unigram is not None
+
     def _encode_ids(self, texts):
         """SentencePiece's ids of `texts`: one flat int32 array, and the number of ids of each text."""
+        if self._unigram is not None and not self._corpus_checked:
+            self._corpus_checked = True
+            if not encoder_check.corpus_agrees(self._unigram, self._sp, texts):
+                self._unigram = None
+        if self._unigram is not None:
+            return self._unigram.encode_ids(texts)
         if self.output == "buffers":  # joined as bytes; a buffer's memoryview counts its int32 items
             buffers = self._buffer_batch(texts, self._num_threads)
             lengths = np.fromiter(map(len, map(memoryview, buffers)), dtype=np.int64, count=len(buffers))

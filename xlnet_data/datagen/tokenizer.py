@@ -29,7 +29,7 @@ from xlnet_data.common.config_types import check_field_types
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat import vocab
 from xlnet_data.datagen import corpus, spm_log
-from xlnet_data.datagen.text import preprocess_texts
+from xlnet_data.datagen.text import Encoder, preprocess_texts
 
 # The original README's spm_train symbols. Control symbols take ids 3..7 after
 # <unk>, <s>, </s>; user-defined ones follow, so <eop> gets 8.
@@ -206,16 +206,17 @@ RARE_PIECE_COUNT = 5
 
 
 def unk_counts(model_path, lines, num_threads):
-    """(<unk> pieces, pieces, rare) of `lines` encoded by the model at `model_path`; rare: how many of the model's
-    normal pieces occur fewer than RARE_PIECE_COUNT times in them."""
+    """(<unk> pieces, pieces, rare) of `lines` encoded by the model at `model_path` as create encodes them; rare:
+    how many of the model's normal pieces occur fewer than RARE_PIECE_COUNT times in them."""
     sp = spm.SentencePieceProcessor(model_file=model_path)
+    encoder = Encoder(sp, num_threads)
     counts = np.zeros(sp.get_piece_size(), dtype=np.int64)
     batch = []
     for line in [*lines, None]:
         if line is not None:
             batch.append(line)
         if batch and (line is None or len(batch) == UNK_MEASURE_BATCH):
-            ids = np.concatenate([np.asarray(x, dtype=np.int32) for x in sp.encode(batch, num_threads=num_threads)])
+            ids, _ = encoder.encode_batch(batch)
             counts += np.bincount(ids, minlength=counts.size)
             batch = []
     normal = [i for i in range(counts.size) if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))

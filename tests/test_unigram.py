@@ -1,0 +1,186 @@
+"""Our unigram encoder (datagen/unigram.py) against the installed SentencePiece, line by line: random text of
+many scripts on several models, the books in ../shared, and the choice of encoder (datagen/encoder_check.py).
+
+The fuzz seed is new on every run and printed; replay one with UNIGRAM_SEED=<seed>. UNIGRAM_LINES sets the
+random lines per model (default 1500); UNIGRAM_BOOK_LINES the book lines checked (default 2000 spread over
+all the books; 0: every line).
+"""
+
+import logging
+import os
+import random
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+from conftest import SAMPLE_CORPUS, SHARED, XLNET_SPM, needs_shared, read_save_dir
+
+from xlnet_data.datagen import encoder_check, tokenizer
+from xlnet_data.datagen.config import CreateConfig
+from xlnet_data.datagen.job import create_records
+from xlnet_data.datagen.text import Encoder, preprocess_texts
+from xlnet_data.datagen.unigram import UnigramEncoder
+
+SEED = int(os.environ.get("UNIGRAM_SEED") or random.SystemRandom().randrange(10**6))
+NUM_LINES = int(os.environ.get("UNIGRAM_LINES", "1500"))
+BOOK_LINES = int(os.environ.get("UNIGRAM_BOOK_LINES", "2000"))
+SAMPLE_TEXT = sorted(SAMPLE_CORPUS.glob("*.txt"))[0]
+
+# Runs of characters of many scripts, and what trips encoders: accents (composed and not), jamo, digits with
+# commas, control and space characters, U+2581, XLNet's user-defined symbols, repeated characters for ties.
+ALPHABETS = [
+    "abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "éèêëàâäîïôöùûüçñßøåæœ", "e\u0301a\u0308o\u0302n\u0303",
+    "的一是不了人我在有他这为之大来以个中上们", "あいうえおかきくけこがぎアイウエオガ", "ｱｲｳｶﾞｷﾞﾊﾟ",
+    "กขคงจฉชซญดตถทนบปผพฟมยรลวสหอะาิีึืุู่้๊๋",
+    "अआइईउऊएऐओऔकखगघचछजझटठडढणतथदधनपफबभमयरलवशषसह्ािीुूेैोौं", "가각간갈감갑강개객거건걸검",
+    "\u1100\u1161\u11a8\u1102\u1165\u11ab\u1112",
+    "😀😃😄👍🏽🇫🇷❤️", "0123456789", ",,,.", "  \t\u3000\u00a0\u2009", "\x01\x02\x1f\x7f\u200b\u200d\ufeff",
+    "\u2581", "<eop>", "().\"-–£€", "ﬁﬂ①②㍿½Ⅻｆｕｌｌ", "ΑαΒβΓγΔδΩωάέ", "абвгдеёжзийклмнопрстуфхцчшщъыьэюя",
+    "ابتثجحخدذرزسشصضطظعغفقكلمنهوي\u064b\u064e", "אבגדהוזחטיכלמנסעפצקרשת", "ăâđêôơưạảấầẩẫậ",
+]
+
+
+def random_text(rng):
+    parts = []
+    for _ in range(rng.randint(1, 12)):
+        alphabet = rng.choice(ALPHABETS)
+        roll = rng.random()
+        if roll < 0.15:  # one character repeated: ties between segmentations
+            part = rng.choice(alphabet) * rng.randint(2, 12)
+        elif roll < 0.25:
+            part = "".join(rng.choice("ulya") for _ in range(rng.randint(3, 9)))
+        elif roll < 0.35:
+            part = ",".join(str(rng.randint(0, 99999)) for _ in range(rng.randint(1, 4))) + rng.choice([",", "", ", "])
+        else:
+            part = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 10)))
+        parts.append(part)
+    text = rng.choice([" ", "", " ", "  "]).join(parts)
+    if rng.random() < 0.02:
+        text = text * rng.randint(50, 400)  # long lines
+    return text
+
+
+def differences(encoder, sp, texts):
+    flat, lengths = encoder.encode_ids(texts)
+    ours = np.split(flat, np.cumsum(lengths)[:-1]) if texts else []
+    theirs = sp.encode(list(texts), num_threads=1)
+    return [(text, sp.id_to_piece(a.tolist()), sp.id_to_piece(b)) for text, a, b in zip(texts, ours, theirs)
+            if a.tolist() != b]
+
+
+def model_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.fixture(scope="module")
+def multiscript_spm(tmp_path_factory):
+    """A unigram model trained by our spm_train on random text of all the scripts above (character coverage 1)."""
+    folder = tmp_path_factory.mktemp("multiscript")
+    rng = random.Random(7)
+    (folder / "text.txt").write_text("\n".join(random_text(rng) for _ in range(3000)) + "\n", encoding="utf-8")
+    config = tokenizer.SpmTrainConfig(input_files=(str(folder / "text.txt"),), model_prefix=str(folder / "ms"),
+                                      vocab_size=800, character_coverage=1.0, num_threads=2, uncased=False,
+                                      keep_accents=True)
+    return tokenizer.train_sentencepiece(config)
+
+
+@pytest.fixture(scope="module")
+def bpe_spm(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bpe")
+    config = tokenizer.SpmTrainConfig(input_files=(str(SAMPLE_TEXT),), model_prefix=str(folder / "bpe"),
+                                      vocab_size=300, model_type="bpe", num_threads=2, uncased=False)
+    return tokenizer.train_sentencepiece(config)
+
+
+def fuzz(model_path, offset):
+    print(f"UNIGRAM_SEED={SEED}")
+    rng = random.Random(SEED + offset)
+    data = model_bytes(model_path)
+    texts = [random_text(rng) for _ in range(NUM_LINES)]
+    texts += preprocess_texts([t.strip() for t in texts if t.strip()], True)  # as create feeds them
+    found = differences(UnigramEncoder(data), spm.SentencePieceProcessor(model_proto=data),
+                        texts)
+    assert not found, (f"UNIGRAM_SEED={SEED}: {len(found)} of {len(texts)} lines differ, first "
+                       f"{[str(x)[:300] for x in found[0]]}")
+
+
+@needs_shared
+def test_fuzz_xlnet_model():
+    fuzz(XLNET_SPM, 0)
+
+
+def test_fuzz_spm_train_models(sample_spm, multiscript_spm):
+    fuzz(sample_spm, 1)
+    fuzz(multiscript_spm, 2)
+
+
+def test_probe_lines_on_every_model(sample_spm, multiscript_spm):
+    for path in filter(None, [XLNET_SPM if XLNET_SPM.is_file() else None, sample_spm, multiscript_spm]):
+        data = model_bytes(path)
+        encoder = UnigramEncoder(data)
+        assert encoder_check.first_difference(encoder, spm.SentencePieceProcessor(model_proto=data),
+                                              encoder_check.PROBES) is None, path
+
+
+@needs_shared
+def test_the_books_line_by_line():
+    """Every book in ../shared (UNIGRAM_BOOK_LINES=0: every line; by default a spread sample), as create
+    normalises them, cased and uncased."""
+    lines = []
+    for path in sorted((SHARED / "data" / "corpus_en").glob("*.txt")):
+        lines += [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if BOOK_LINES:
+        lines = lines[::max(1, len(lines) // BOOK_LINES)]
+    data = model_bytes(XLNET_SPM)
+    encoder, sp = UnigramEncoder(data), spm.SentencePieceProcessor(model_proto=data)
+    for uncased in (False, True):
+        texts = preprocess_texts(lines, uncased)
+        assert differences(encoder, sp, texts) == []
+
+
+def test_unsupported_model_falls_back_in_one_line(bpe_spm, caplog, tmp_path):
+    sp = spm.SentencePieceProcessor(model_file=bpe_spm)
+    encoder_check._SAID.clear()
+    with caplog.at_level(logging.INFO, logger="xlnet_data"):
+        assert not Encoder(sp, 1).uses_ours
+        assert not Encoder(sp, 1).uses_ours
+    said = [r.getMessage() for r in caplog.records if "our encoder does not reproduce" in r.getMessage()]
+    assert len(said) == 1 and "a bpe model" in said[0], said
+    with pytest.raises(encoder_check.EncoderChoiceError, match="--encoder=ours: .*bpe"):
+        Encoder(sp, 1, "ours")
+    records = {}
+    for choice in ("auto", "sentencepiece"):
+        config = CreateConfig(input_glob=str(SAMPLE_TEXT), sp_path=bpe_spm, save_dir=str(tmp_path / choice),
+                              use_tpu=False, bsz_per_host=4, seq_len=64, reuse_len=32, num_predict=8, encoder=choice)
+        create_records(config.validate(), num_workers=1)
+        records[choice] = {name: [{key: value.tolist() for key, value in example.items()} for example in examples]
+                           for name, examples in read_save_dir(tmp_path / choice).items()}
+    assert records["auto"] == records["sentencepiece"] and records["auto"]
+
+
+def test_a_difference_sends_the_run_to_sentencepiece(sample_spm, caplog, monkeypatch):
+    sp = spm.SentencePieceProcessor(model_file=sample_spm)
+    texts = preprocess_texts(["The first line of the corpus.", "And the second, 1,000 words."], False)
+    expected = Encoder(sp, 1, "sentencepiece").encode_batch(texts)
+    assert Encoder(sp, 1).uses_ours
+    real = UnigramEncoder.encode_ids
+
+    def one_id_off(self, lines):
+        flat, lengths = real(self, lines)
+        return np.where(flat == flat[-1], 0, flat).astype(np.int32), lengths
+    monkeypatch.setattr(UnigramEncoder, "encode_ids", one_id_off)
+    encoder_check._SAID.clear()
+    encoder = Encoder(sp, 1)  # the probe check was made when the model was first loaded: the corpus's catches it
+    with caplog.at_level(logging.WARNING, logger="xlnet_data"):
+        got = encoder.encode_batch(texts)
+    assert not encoder.uses_ours and [r.getMessage() for r in caplog.records if "differs" in r.getMessage()]
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+    encoder_check._built.cache_clear()  # and a model loaded now fails the probe check
+    assert not Encoder(sp, 1).uses_ours
+    encoder_check._built.cache_clear()
+
+
+def test_the_encoder_flag_is_checked():
+    with pytest.raises(Exception, match="--encoder=fast must be one of auto, ours, sentencepiece"):
+        CreateConfig(sp_path="x", encoder="fast").validate()

@@ -1,0 +1,234 @@
+"""SentencePiece's normaliser (normalizer.cc), compiled: a model's own table and whitespace rules.
+
+At each position the user-defined symbols are matched first (the longest, copied as they are), else the
+longest entry of the precompiled charsmap (its replacement), else one character is copied. Spaces then
+follow SentencePiece's rules: leading ones dropped, a run of them kept as one, trailing ones dropped
+(remove_extra_whitespaces), U+2581 put in front (add_dummy_prefix) and for every space (escape_whitespaces).
+
+Most text is ASCII: a byte below 0x80 that begins no longer table entry with an ASCII byte after it, and no
+user-defined symbol, has its replacement looked up in a table of 128 (NormalizerTables.ascii_*) when the
+byte after it is ASCII too; before any other byte the table is searched, since NFKC composes a letter with
+the mark after it.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from xlnet_data.common import compiled
+from xlnet_data.dataformat.spm_model import USER_DEFINED
+from xlnet_data.datagen import tries
+
+SPACE = 0x20  # U+2581, SentencePiece's escaped space, is E2 96 81 in UTF-8
+
+
+@dataclasses.dataclass(frozen=True)
+class NormalizerTables:
+    """A model's normaliser as arrays for the compiled code."""
+    units: np.ndarray  # the charsmap's Darts double array (uint32; one empty unit without a charsmap)
+    replacements: np.ndarray  # its NUL-terminated replacement strings (uint8)
+    replacement_lengths: np.ndarray  # at each offset of `replacements`, the length of the string there
+    ud_slots: np.ndarray  # the user-defined symbols (tries.build_double_array; their length as value)
+    ud_first: np.ndarray  # bool[256]: a user-defined symbol begins with this byte
+    ascii_fast: np.ndarray  # bool[128]: the byte's replacement is ascii_* when an ASCII byte follows
+    ascii_from: np.ndarray  # int64[128]: its replacement's offset in `replacements`, -1: the byte itself
+    ascii_length: np.ndarray  # int64[128]: its replacement's length
+    plain: np.ndarray  # bool[65536]: a character of 2 or 3 bytes that begins no table entry nor symbol (copied)
+    flags: np.ndarray  # bool[3]: remove_extra_whitespaces, add_dummy_prefix, escape_whitespaces
+
+
+@compiled.jit(inline="always")
+def one_char_len(lead):
+    """SentencePiece's OneCharLen: the length of the UTF-8 sequence a byte begins (1 for a continuation)."""
+    high = lead >> 4
+    return 1 if high < 12 else 2 if high < 14 else 3 if high == 14 else 4
+
+
+@compiled.jit()
+def _prefix(data, pos, end, units, replacements, replacement_lengths, ud_slots, ud_first):
+    """SentencePiece's NormalizePrefix at data[pos:end]: (from the table?, offset, length, consumed): the
+    replacement is replacements[offset:offset + length] from the table, else data[offset:offset + length]."""
+    if ud_first[data[pos]]:
+        length, _ = tries.longest_key(ud_slots, data, pos, end)
+        if length:
+            return False, pos, length, length
+    length, value, _ = tries.darts_longest(units, data, pos, end)
+    if length:
+        return True, value, replacement_lengths[value], length
+    length = min(one_char_len(data[pos]), end - pos)
+    return False, pos, length, length
+
+
+@compiled.jit(inline="always")
+def _put_escaped_space(out, n):
+    out[n], out[n + 1], out[n + 2] = 0xE2, 0x96, 0x81
+    return n + 3
+
+
+@compiled.jit(inline="always")
+def _put_byte(out, n, byte):
+    out[n] = byte
+    return n + 1
+
+
+@compiled.jit(inline="always")
+def _ends_in_space(out, n, escape):
+    if escape:
+        return n >= 3 and out[n - 1] == 0x81 and out[n - 2] == 0x96 and out[n - 3] == 0xE2
+    return n >= 1 and out[n - 1] == SPACE
+
+
+@compiled.jit(inline="always")
+def _append(source, offset, length, out, n, prev_space, escape):
+    """Appends a replacement to out[:n] as the normaliser's main loop does; returns (n, prev_space)."""
+    i, stop = offset, offset + length
+    if prev_space:
+        while i < stop and source[i] == SPACE:
+            i += 1
+    if i == stop:
+        return n, prev_space
+    for j in range(i, stop):
+        if escape and source[j] == SPACE:
+            n = _put_escaped_space(out, n)
+        else:
+            out[n] = source[j]
+            n += 1
+    return n, source[stop - 1] == SPACE
+
+
+@compiled.jit()
+def normalize(data, pos, end, out, units, replacements, replacement_lengths, ud_slots, ud_first, ascii_fast,
+              ascii_from, ascii_length, plain, flags):
+    """SentencePiece's normalisation of data[pos:end] into `out`: its length, or -1 when `out` is too short
+    (it is not grown here: an array that may be replaced in the loop costs it 20 times its speed)."""
+    remove_extra, dummy_prefix, escape = flags[0], flags[1], flags[2]
+    while remove_extra and pos < end:  # leading spaces
+        from_table, offset, length, consumed = _prefix(data, pos, end, units, replacements, replacement_lengths,
+                                                       ud_slots, ud_first)
+        if length != 1 or (replacements[offset] if from_table else data[offset]) != SPACE:
+            break
+        pos += consumed
+    if pos >= end:
+        return 0
+    if out.shape[0] < 3:
+        return -1
+    n = 0
+    if dummy_prefix:
+        n = _put_escaped_space(out, n) if escape else _put_byte(out, n, SPACE)
+    prev_space = remove_extra
+    size = out.shape[0]
+    while pos < end:
+        byte = data[pos]
+        if byte < 0x80 and ascii_fast[byte] and (pos + 1 == end or data[pos + 1] < 0x80):
+            if n + 3 > size:
+                return -1
+            offset = ascii_from[byte]
+            if offset < 0 and byte != SPACE:  # most of the text: a byte copied
+                out[n] = byte
+                n += 1
+                prev_space = False
+            elif offset < 0:
+                if not prev_space:
+                    n = _put_escaped_space(out, n) if escape else _put_byte(out, n, SPACE)
+                prev_space = remove_extra
+            else:
+                if n + 3 * ascii_length[byte] > size:
+                    return -1
+                n, prev_space = _append(replacements, offset, ascii_length[byte], out, n, prev_space, escape)
+                prev_space = prev_space and remove_extra
+            pos += 1
+            continue
+        if 0xC2 <= byte < 0xF0:  # two or three bytes
+            two = byte < 0xE0
+            size_of = 2 if two else 3
+            if pos + size_of <= end:
+                code = (((np.int64(byte) & 0x1F) << 6) | (data[pos + 1] & 0x3F) if two else
+                        ((np.int64(byte) & 0x0F) << 12) | ((data[pos + 1] & 0x3F) << 6) | (data[pos + 2] & 0x3F))
+                if plain[code]:
+                    if n + 3 > size:
+                        return -1
+                    for k in range(size_of):
+                        out[n + k] = data[pos + k]
+                    n += size_of
+                    pos += size_of
+                    prev_space = False
+                    continue
+        from_table, offset, length, consumed = _prefix(data, pos, end, units, replacements, replacement_lengths,
+                                                       ud_slots, ud_first)
+        if n + 3 * length > size:
+            return -1
+        if from_table:
+            n, prev_space = _append(replacements, offset, length, out, n, prev_space, escape)
+        else:
+            n, prev_space = _append(data, offset, length, out, n, prev_space, escape)
+        pos += consumed
+        prev_space = prev_space and remove_extra
+    if remove_extra:  # trailing spaces
+        while _ends_in_space(out, n, escape):
+            n -= 3 if escape else 1
+    return n
+
+
+@compiled.jit()
+def _ascii_tables(units, replacement_lengths, ud_first):
+    """NormalizerTables.ascii_fast, ascii_from and ascii_length."""
+    fast = np.zeros(128, dtype=np.bool_)
+    from_ = np.full(128, -1, dtype=np.int64)
+    length = np.ones(128, dtype=np.int64)
+    key = np.zeros(2, dtype=np.uint8)
+    for byte in range(128):
+        key[0] = byte
+        fast[byte] = not ud_first[byte]
+        for c in range(128):
+            key[1] = c
+            if tries.darts_longest(units, key, 0, 2)[2] == 2:  # an entry begins with byte, c
+                fast[byte] = False
+        found, value, _ = tries.darts_longest(units, key, 0, 1)
+        if found:
+            from_[byte], length[byte] = value, replacement_lengths[value]
+    return fast, from_, length
+
+
+@compiled.jit()
+def _plain_characters(units, ud_first):
+    """NormalizerTables.plain: the code points 0x80-0xFFFF whose UTF-8 bytes lead nowhere in the table."""
+    plain = np.zeros(1 << 16, dtype=np.bool_)
+    key = np.zeros(3, dtype=np.uint8)
+    for code in range(0x80, 1 << 16):
+        if 0xD800 <= code < 0xE000:
+            continue
+        if code < 0x800:
+            key[0], key[1], size = 0xC0 | (code >> 6), 0x80 | (code & 0x3F), 2
+        else:
+            key[0], key[1], key[2], size = 0xE0 | (code >> 12), 0x80 | ((code >> 6) & 0x3F), 0x80 | (code & 0x3F), 3
+        length, _, walked = tries.darts_longest(units, key, 0, size)
+        plain[code] = length == 0 and walked < size and not ud_first[key[0]]
+    return plain
+
+
+def _charsmap_arrays(charsmap: bytes):
+    """(Darts units, replacement strings, each offset's string length) of a precompiled charsmap: a uint32
+    size of the units, the units, then the strings (normalizer.cc's DecodePrecompiledCharsMap)."""
+    if not charsmap:
+        return np.zeros(1, dtype=np.uint32), np.zeros(1, dtype=np.uint8), np.zeros(1, dtype=np.int64)
+    size = int(np.frombuffer(charsmap[:4], dtype="<u4")[0])
+    units = np.frombuffer(charsmap[4:4 + size], dtype="<u4").astype(np.uint32)
+    replacements = np.frombuffer(charsmap[4 + size:] + b"\0", dtype=np.uint8).copy()
+    nuls = np.flatnonzero(replacements == 0)
+    offsets = np.arange(replacements.size)
+    return units, replacements, nuls[np.searchsorted(nuls, offsets)] - offsets
+
+
+def normalizer_tables(model) -> NormalizerTables:
+    """The tables of a model read by spm_model.read_model_proto, its user-defined symbols those of type
+    USER_DEFINED."""
+    units, replacements, lengths = _charsmap_arrays(model.charsmap)
+    symbols = [piece.encode("utf-8") for piece, _, kind in model.pieces if kind == USER_DEFINED]
+    ud_slots = tries.build_double_array(symbols or [b"\0"], [len(s) for s in symbols] or [1])
+    ud_first = np.zeros(256, dtype=bool)
+    for symbol in symbols:
+        ud_first[symbol[0]] = True
+    ascii_fast, ascii_from, ascii_length = _ascii_tables(units, lengths, ud_first)
+    flags = np.array([model.remove_extra_whitespaces, model.add_dummy_prefix, model.escape_whitespaces])
+    return NormalizerTables(units, replacements, lengths, ud_slots, ud_first, ascii_fast, ascii_from,
+                            ascii_length, _plain_characters(units, ud_first), flags)

@@ -1,0 +1,168 @@
+"""The compiled tries of our unigram encoder (datagen/unigram.py): a double array we build for the pieces,
+and a reader of the Darts double array that SentencePiece stores its normalisation table in.
+
+Our double array has one int64 slot a node, three 21-bit fields: the parent's slot ("check"), the base that
+the node's children's slots are offset from, and the value + 1 of the key that ends there (0: none). A byte b
+leads from node s to slot base(s) + b when that slot's check is s, so one load a byte walks the trie and finds
+the pieces that end there (the 110,000 slots of XLNet's 32,000 pieces take 0.9 MB). Built in compiled code
+from the sorted keys, first fit.
+"""
+
+import numpy as np
+
+from xlnet_data.common import compiled
+
+BITS = 21
+MASK = (1 << BITS) - 1
+NO_PARENT = MASK  # the check of the root and of a free slot
+MAX_SLOTS = MASK  # slots are numbered below NO_PARENT; values below 2**21 - 1
+
+
+class TrieTooLarge(ValueError):
+    """The keys need more slots than 21 bits can number, or a value is 2**21 - 1 or more."""
+
+
+@compiled.jit(inline="always")
+def slot_check(slot):
+    return slot & MASK
+
+
+@compiled.jit(inline="always")
+def slot_base(slot):
+    return (slot >> BITS) & MASK
+
+
+@compiled.jit(inline="always")
+def slot_value(slot):
+    """The value of the key that ends at this slot's node, or -1."""
+    return (slot >> (2 * BITS)) - 1
+
+
+@compiled.jit()
+def _child_labels(keys, starts, lo, hi, depth, labels, group_ends):
+    """The bytes that follow the first `depth` (shared) bytes of the sorted keys[lo:hi], all longer than
+    `depth`, and where each byte's keys end. Returns their number."""
+    count = 0
+    for k in range(lo, hi):
+        label = np.int64(keys[starts[k] + depth])
+        if count == 0 or labels[count - 1] != label:
+            labels[count] = label
+            count += 1
+        group_ends[count - 1] = k + 1
+    return count
+
+
+@compiled.jit()
+def _fits(check, base, labels, count):
+    for i in range(count):
+        if check[base + labels[i]] != NO_PARENT:
+            return False
+    return True
+
+
+@compiled.jit()
+def grown(array, size, fill):
+    """`array`, or a copy at least `size` long (twice as long at least) with `fill` after its items."""
+    if size <= array.shape[0]:
+        return array
+    bigger = np.full(max(size, 2 * array.shape[0]), fill, dtype=array.dtype)
+    bigger[:array.shape[0]] = array
+    return bigger
+
+
+@compiled.jit()
+def _build(keys, starts, values):
+    """Slots of the double array of the sorted, distinct byte strings keys[starts[k]:starts[k + 1]] with
+    values[k] (see the module's docstring); an empty array when they do not fit in 21 bits."""
+    check = np.full(1024 + 2 * keys.shape[0], NO_PARENT, dtype=np.int64)
+    base = np.zeros(check.shape[0], dtype=np.int64)
+    value = np.zeros(check.shape[0], dtype=np.int64)  # + 1: 0 for none
+    labels = np.empty(256, dtype=np.int64)
+    group_ends = np.empty(256, dtype=np.int64)
+    stack = [(0, 0, starts.shape[0] - 1, 0)]  # (node's slot, its keys lo:hi, depth)
+    first_free = 1
+    while stack:
+        node, lo, hi, depth = stack.pop()
+        if lo < hi and starts[lo + 1] - starts[lo] == depth:  # sorted: the key that ends here comes first
+            value[node] = values[lo] + 1
+            lo += 1
+        if lo == hi:
+            continue
+        count = _child_labels(keys, starts, lo, hi, depth, labels, group_ends)
+        at = max(first_free - labels[0], 1)
+        while True:
+            check = grown(check, at + 256, NO_PARENT)
+            if _fits(check, at, labels, count):
+                break
+            at += 1
+        base, value = grown(base, check.shape[0], 0), grown(value, check.shape[0], 0)
+        base[node] = at
+        for i in range(count):
+            slot = at + labels[i]
+            check[slot] = node
+            stack.append((slot, lo if i == 0 else group_ends[i - 1], group_ends[i], depth + 1))
+        while check[first_free] != NO_PARENT:
+            first_free += 1
+    size = 1
+    for s in range(check.shape[0]):
+        if check[s] != NO_PARENT:
+            size = s + 1
+    if size >= MAX_SLOTS or values.max() + 1 >= MASK:
+        return np.zeros(0, dtype=np.int64)
+    slots = np.full(size + 256, NO_PARENT, dtype=np.int64)  # room for any byte's step from the last node
+    for s in range(size):
+        slots[s] = check[s] | (base[s] << BITS) | (value[s] << (2 * BITS))
+    return slots
+
+
+def build_double_array(keys: list, values) -> np.ndarray:
+    """The slots of a double array of the distinct, non-empty byte strings `keys` and their int `values`
+    (TrieTooLarge when they do not fit)."""
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    data = np.frombuffer(b"".join(keys[i] for i in order), dtype=np.uint8)
+    starts = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.cumsum([len(keys[i]) for i in order], out=starts[1:])
+    slots = _build(data, starts, np.asarray(values, dtype=np.int64)[order])
+    if not slots.size:
+        raise TrieTooLarge(f"{len(keys)} keys do not fit in a trie of 2**{BITS} slots")
+    return slots
+
+
+@compiled.jit(inline="always")
+def longest_key(slots, data, pos, end):
+    """(length, value) of the longest key of the double array `slots` that data[pos:end] starts with;
+    (0, -1) for none."""
+    node = 0
+    base = slot_base(slots[0])
+    best_length, best_value = 0, -1
+    for i in range(pos, end):
+        child = base + np.int64(data[i])
+        slot = slots[child]
+        if slot_check(slot) != node:
+            break
+        node, base = child, slot_base(slot)
+        if slot_value(slot) >= 0:
+            best_length, best_value = i - pos + 1, slot_value(slot)
+    return best_length, best_value
+
+
+# Darts-clone's unit: has_leaf bit 8, value the low 31 bits, label the low byte and bit 31, offset bits 10+
+# shifted by 8 where bit 9 is set.
+@compiled.jit(inline="always")
+def darts_longest(units, data, pos, end):
+    """(length, value, walked) of the longest key of SentencePiece's Darts double array `units` (uint32) that
+    data[pos:end] starts with, as its commonPrefixSearch finds them ((0, 0) for none), and how many bytes of
+    data[pos:end] lead somewhere in it."""
+    unit = np.int64(units[0])
+    node = (unit >> 10) << ((unit & 512) >> 6)
+    best_length, best_value = 0, 0
+    for i in range(pos, end):
+        c = np.int64(data[i])
+        node ^= c
+        unit = np.int64(units[node])
+        if (unit & 0x800000FF) != c:
+            return best_length, best_value, i - pos
+        node ^= (unit >> 10) << ((unit & 512) >> 6)
+        if (unit >> 8) & 1:
+            best_length, best_value = i - pos + 1, np.int64(units[node]) & 0x7FFFFFFF
+    return best_length, best_value, end - pos
