@@ -145,7 +145,7 @@ def random_case(rng, directory):
         text, has_nul = random_file_text(rng, config.from_raw_text)
         any_nul = any_nul or has_nul
         (directory / "input" / f"doc{f}.txt").write_bytes(text.encode("utf-8"))
-    return dataclasses.replace(config, allow_binary=any_nul)  # we refuse a NUL byte unless told
+    return dataclasses.replace(config, allow_binary=bool(any_nul))  # we refuse a NUL byte unless told
 
 
 def long_line_case(index, directory):

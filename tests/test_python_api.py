@@ -51,7 +51,7 @@ def test_the_pages_example_runs_as_a_plain_script(page_dir):
     _, done = page_dir
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("the script ran to its end") == 1
-    assert re.search(r"^done: 2 unit\(s\), \d+ tokens, \d+ records", done.stdout, re.M)
+    assert re.search(r"^done: 2 unit\(s\), \d+ tokens \(\d+ encoded, once for all passes\), \d+ records", done.stdout, re.M)
 
 
 def test_the_pages_train_config_trains_on_the_records_of_its_create_config(page_dir, monkeypatch):

@@ -301,8 +301,8 @@ def test_jit_compile_auto_is_off_on_the_cpu_and_falls_back_when_xla_cannot_compi
     def with_a_python_op(trainer):
         plm_loss = trainer.model.plm_loss
 
-        def plm_loss_with_a_python_op(features, mems, training=False):
-            out = plm_loss(features, mems, training=training)
+        def plm_loss_with_a_python_op(features, mems, training=False, **options):
+            out = plm_loss(features, mems, training=training, **options)
             side = tf.numpy_function(lambda x: x, [out.total_loss], tf.float32)  # XLA has no kernel for it
             return out._replace(total_loss=out.total_loss + 0 * tf.stop_gradient(side))
 

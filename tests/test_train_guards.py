@@ -52,7 +52,8 @@ def test_a_non_finite_loss_stops_training_naming_the_step_without_a_checkpoint_o
     line = _one_line(run_module("xlnet_data.export_hf", f"--model_dir={tmp_path / 'm'}", f"--sp_path={other}",
                                 f"--output_dir={tmp_path / 'hf'}"), "export_hf", 2)
     assert line == (f"export_hf: error: --sp_path={other} is not the SentencePiece model of the records the model was "
-                    f"trained on ({run_config} records its sha256): pass that model")
+                    f"trained on ({run_config} records its sha256): pass {sample_spm} (sp_path in "
+                    f"{small_records}/corpus_info.json)")
     assert not (tmp_path / "hf").exists()
 
 

@@ -255,7 +255,7 @@ def read_examples(*paths, verify_crc=True, sp_path=None):
     as {feature name: int64 array}; a damaged file raises RecordError naming the file and record. A
     cache-backed save_dir (create --nowrite_records) gives the records it stands for, made from its token
     cache (its SentencePiece model at `sp_path`, if it moved)."""
-    cache_units = _cache_units(list(paths), None, None, sp_path)
+    cache_units = _cache_units(list(paths), None, None, sp_path=sp_path)
     for unit in cache_units or ():
         for index, payload in enumerate(generated.unit_payloads(unit)):
             yield record_reader.parse_example(payload, unit.settings.seq_len, None, unit.info_path, index)
