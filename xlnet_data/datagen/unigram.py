@@ -29,7 +29,9 @@ USER_DEFINED_BONUS = 0.1  # a user-defined symbol's score per UTF-8 byte after i
 
 @compiled.jit()
 def _viterbi(norm, size, slots, scores, unk_id, unk_score, best_score, best_start, best_id):
-    """The best path over norm[:size] into best_*[0:size + 1] (each end's last piece, its start, the score)."""
+    """The best path over norm[:size] into best_*[0:size + 1] (each end's last piece, its start, the score);
+    returns the largest size of a score written (ends inside a character keep the scratch's old values)."""
+    largest = np.float32(0)
     for i in range(size + 1):
         best_start[i] = -1
     best_score[0] = 0
@@ -52,6 +54,7 @@ def _viterbi(norm, size, slots, scores, unk_id, unk_score, best_score, best_star
                 candidate = scores[piece] + till_here
                 if best_start[end] == -1 or candidate > best_score[end]:
                     best_score[end], best_start[end], best_id[end] = candidate, start, piece
+                    largest = max(largest, abs(candidate))
                 if end - start == char_len:
                     has_single = True
         if not has_single:
@@ -59,7 +62,9 @@ def _viterbi(norm, size, slots, scores, unk_id, unk_score, best_score, best_star
             candidate = unk_score + till_here
             if best_start[end] == -1 or candidate > best_score[end]:
                 best_score[end], best_start[end], best_id[end] = candidate, start, unk_id
+                largest = max(largest, abs(candidate))
         start += char_len
+    return largest
 
 
 @compiled.jit()
@@ -99,8 +104,7 @@ def _encode_lines(data, line_starts, slots, scores, unk_id, unk_score, norm_tabl
         if best_start.shape[0] < size + 1:
             best_score, best_start = tries.grown(best_score, size + 1, 0), tries.grown(best_start, size + 1, 0)
             best_id, path = tries.grown(best_id, size + 1, 0), tries.grown(path, size + 1, 0)
-        _viterbi(norm, size, slots, scores, unk_id, unk_score, best_score, best_start, best_id)
-        if size and np.abs(best_score[:size + 1]).max() > LARGEST_SCORE:
+        if _viterbi(norm, size, slots, scores, unk_id, unk_score, best_score, best_start, best_id) > LARGEST_SCORE:
             lengths[line] = -1
             continue
         out = tries.grown(out, total + size, 0)
