@@ -11,7 +11,7 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; 
   # no index asked), which the extra's range accepts; elsewhere pip picks one for the extra (on Linux a CUDA
   # build of several GB).
   "$VENV/bin/python" -m pip install -q --no-index --no-deps "torch==2.13.0" 2>/dev/null || true
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[tf-cpu,test,beam,prepare,dask,hf,words]"
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[tf-cpu,test,beam,prepare,dask,hf,words,plot]"
   echo "$want" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
