@@ -38,10 +38,11 @@ SHAPES = {
 }
 
 
-def train_config(name, micro_batches=1, recompute=False, bfloat16=False, steps=3):
+def train_config(name, micro_batches=1, recompute=False, bfloat16=False, steps=3, rows=None):
     from xlnet_data.pretrain import config as C
 
-    shape, seq_len, reuse_len, mem_len, num_predict, rows = SHAPES[name]
+    shape, seq_len, reuse_len, mem_len, num_predict, shape_rows = SHAPES[name]
+    rows = rows or shape_rows
     return C.TrainConfig(
         record_info_dir="", model_dir="", strategy="one_device", train_steps=steps,
         model=C.XLNetConfig(**shape, ff_activation="gelu", untie_r=True, n_token=32000),
@@ -66,7 +67,7 @@ def worker(args):
     from xlnet_data.pretrain import distribution
     from xlnet_data.pretrain.trainer import Trainer
 
-    cfg = train_config(args.shape, args.micro_batches, args.recompute, args.bfloat16, args.steps)
+    cfg = train_config(args.shape, args.micro_batches, args.recompute, args.bfloat16, args.steps, args.rows)
     device = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
     strategy = distribution.make_strategy("one_device")
     float(tf.reduce_sum(tf.ones([8, 8]) @ tf.ones([8, 8])))  # the runtime and its thread pools started
@@ -92,6 +93,8 @@ def main():
     parser.add_argument("--gradient_accumulation_steps", default="1", help="K values, comma-separated")
     parser.add_argument("--recompute", default="off", help="off, on or off,on")
     parser.add_argument("--bfloat16", default="off", help="off, on or off,on")
+    parser.add_argument("--rows", type=int, help="rows per replica instead of each shape's (K must divide its "
+                        "forward-backward pairs)")
     parser.add_argument("--steps", type=int, default=3, help="steps per case (the first is not timed)")
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--_worker", action="store_true", help=argparse.SUPPRESS)
@@ -106,17 +109,19 @@ def main():
 
     from xlnet_data.pretrain import costs
     print(f"CPU: {cpu_name()}; load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print("| shape | K | recompute | dtype | plan | RSS growth | plan / RSS | allocator peak | plan / allocator | step (s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| shape | rows | K | recompute | dtype | plan | RSS growth | plan / RSS | allocator peak | plan / allocator "
+          "| step (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     cases = itertools.product(args.shapes.split(","), [int(k) for k in args.gradient_accumulation_steps.split(",")],
                               args.recompute.split(","), args.bfloat16.split(","))
     for shape, k, recompute, bfloat16 in cases:
-        cfg = train_config(shape, k, recompute == "on", bfloat16 == "on")
+        cfg = train_config(shape, k, recompute == "on", bfloat16 == "on", rows=args.rows)
         plan = costs.memory_plan(cfg.model, costs.step_shape(cfg, 1))
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ROOT, "TF_CPU_ALLOCATOR_USE_BFC": "true"}
         result = subprocess.run([sys.executable, __file__, "--_worker", f"--shape={shape}", f"--micro_batches={k}",
-                                 f"--recompute={recompute}", f"--bfloat16={bfloat16}", f"--steps={args.steps}"],
+                                 f"--recompute={recompute}", f"--bfloat16={bfloat16}", f"--steps={args.steps}",
+                                 *([f"--rows={args.rows}"] if args.rows else [])],
                                 env=env, capture_output=True, text=True)
         if result.returncode:
             raise SystemExit(f"{shape} K={k} failed:\n{result.stderr[-3000:]}")
@@ -124,7 +129,7 @@ def main():
         step = statistics.median(out["step_s"]) if out["step_s"] else float("nan")
         rows.append(dict(shape=shape, k=k, recompute=recompute, bfloat16=bfloat16, plan=plan.total,
                          measured=out["measured"], rss=out["rss"], step_s=step, parts=dataclasses.asdict(plan)))
-        print(f"| {shape} | {k} | {recompute} | {'bfloat16' if bfloat16 == 'on' else 'float32'} | "
+        print(f"| {shape} | {cfg.data.bsz_per_host} | {k} | {recompute} | {'bfloat16' if bfloat16 == 'on' else 'float32'} | "
               f"{costs.gb(plan.total)} | {costs.gb(out['rss'])} | {plan.total / out['rss']:.2f} | "
               f"{costs.gb(out['measured'])} | {plan.total / out['measured']:.2f} | {step:.2f} |", flush=True)
     if args.json:
