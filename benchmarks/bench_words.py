@@ -134,7 +134,7 @@ def create_cost(args):
             (tmp / name).mkdir()
             (tmp / name / "zh.txt").write_text("\n".join(lines[:count]) + "\n", encoding="utf-8")
         args.sp_path = tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(
-            input_files=(str(tmp / "large" / "zh.txt"),), model_prefix=str(tmp / "zh"), vocab_size=8000,
+            input_files=(str(tmp / "large" / "zh.txt"),), model_prefix=str(tmp / "zh"), vocab_size=args.vocab_size,
             keep_accents=True, num_threads=2))
         times = {(size, flag): [] for size in ("small", "large") for flag in ("spaces", "zh")}
         order = list(times)
@@ -155,7 +155,7 @@ def create_cost(args):
     marginal = {flag: med["large", flag] - med["small", flag] for flag in ("spaces", "zh")}
     half = tokens / 2  # the large corpus's second half
     print(f"CPU: {cpu_name()}; load average {load_average()} (a shared machine); {len(lines)} lines, "
-          f"{tokens} tokens ({8000} pieces)\n")
+          f"{tokens} tokens ({args.vocab_size} pieces)\n")
     print("| create, one pass, one core | CPU s: half / all of the lines (median of "
           f"{args.rounds}) | M tokens/s, start-up cancelled |\n|---|---|---|")
     for flag in ("spaces", "zh"):
@@ -192,6 +192,7 @@ def main():
     parser.add_argument("--zh_text")
     parser.add_argument("--lines", type=int, default=70000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--vocab_size", type=int, default=8000, help="create: the pieces of the model trained on the text")
     parser.add_argument("--before_root")
     add_create_run_flags(parser)
     args = parser.parse_args()

@@ -119,10 +119,9 @@ def _route_starts(code_points, is_han, table, roots, bits, log_freq, log_total, 
         k = end
 
 
-def char_starts(dictionary, is_han, text: str) -> np.ndarray:
-    """A bool per character of `text` and one past it: True where jieba's no-HMM cut starts a word (`is_han`:
-    the code points of Han runs, words.SCRIPTS["zh"])."""
-    code_points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+def char_starts(dictionary, code_points: np.ndarray, is_han: np.ndarray) -> np.ndarray:
+    """A bool per code point of a text (uint32) and one past it: True where jieba's no-HMM cut starts a word
+    (`is_han`: a bool a code point, those of words.SCRIPTS["zh"], whose runs the route cuts)."""
     starts = np.zeros(code_points.size + 1, dtype=bool)
-    _route_starts(code_points, is_han(code_points), *dictionary, starts)
+    _route_starts(code_points, is_han, *dictionary, starts)
     return starts
