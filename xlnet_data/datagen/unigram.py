@@ -31,6 +31,8 @@ USER_DEFINED_BONUS = 0.1  # a user-defined symbol's score per UTF-8 byte after i
 def _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, best_score, best_start, best_id):
     """The best path over norm[begin:begin + size] into best_*[0:size + 1] (each end's last piece, its start, the score);
     returns the largest size of a score written (ends inside a character keep the scratch's old values)."""
+    # Indices are cast to np.uint64 where the loops read and write: numba fixes up a negative signed index on
+    # every access, and without it the walk runs 1.1x as fast on English (the casts cost nothing).
     largest = np.float32(0)
     for i in range(size + 1):
         best_start[i] = -1
@@ -38,12 +40,13 @@ def _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, best_score, be
     root_base = tries.slot_base(slots[0])
     start = 0
     while start < size:
-        till_here = best_score[start]
-        char_len = min(one_char_len(norm[begin + start]), size - start)
+        here = np.uint64(start)
+        till_here = best_score[here]
+        char_len = min(one_char_len(norm[np.uint64(begin + start)]), size - start)
         has_single = False
         node, base = 0, root_base
         for key_pos in range(start, size):
-            child = base + np.int64(norm[begin + key_pos])
+            child = base + np.int64(norm[np.uint64(begin + key_pos)])
             slot = slots[child]
             if tries.slot_check(slot) != node:
                 break
@@ -51,22 +54,23 @@ def _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, best_score, be
             piece = tries.slot_value(slot)
             if piece >= 0:
                 end = key_pos + 1
+                at = np.uint64(end)
                 candidate = scores[piece] + till_here
-                if best_start[end] == -1 or candidate > best_score[end]:
-                    best_score[end], best_start[end], best_id[end] = candidate, start, piece
+                if best_start[at] == -1 or candidate > best_score[at]:
+                    best_score[at], best_start[at], best_id[at] = candidate, start, piece
                     largest = max(largest, abs(candidate))
                 if end - start == char_len:
                     has_single = True
         if not has_single:
-            end = start + char_len
+            at = np.uint64(start + char_len)
             candidate = unk_score + till_here
-            if best_start[end] == -1 or candidate > best_score[end]:
+            if best_start[at] == -1 or candidate > best_score[at]:
                 # After an unknown, one unknown from where that one starts: the path's consecutive unknowns
                 # merged here (the best path to `start` is final), so _backtrack walks one node a merged run
                 # (its walk was 16% of the compiled time on Chinese text, mostly unknown to XLNet's model).
-                merged = start > 0 and best_id[start] == unk_id
-                best_score[end], best_start[end] = candidate, best_start[start] if merged else start
-                best_id[end] = unk_id
+                merged = start > 0 and best_id[here] == unk_id
+                best_score[at], best_start[at] = candidate, best_start[here] if merged else start
+                best_id[at] = unk_id
                 largest = max(largest, abs(candidate))
         start += char_len
     return largest
