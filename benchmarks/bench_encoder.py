@@ -53,12 +53,13 @@ def man_page_lines(language):
     return lines
 
 
-def corpora():
+def corpora(zh_text=None):
     from xlnet_data.datagen.text import preprocess_texts
     books = []
     for path in sorted((SHARED / "data" / "corpus_en").glob("*.txt")):
         books += [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    found = {"English": books, "Chinese": man_page_lines("zh_CN"), "Japanese": man_page_lines("ja")}
+    chinese = Path(zh_text).read_text(encoding="utf-8").splitlines() if zh_text else man_page_lines("zh_CN")
+    found = {"English": books, "Chinese": chinese, "Japanese": man_page_lines("ja")}
     return {name: preprocess_texts(lines, False) for name, lines in found.items() if lines}
 
 
@@ -90,6 +91,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sp_path", default=str(SHARED / "data" / "spiece" / "xlnet_cased_spiece.model"))
+    parser.add_argument("--zh_text", help="Chinese text, a line each, instead of the man pages (e.g. made by "
+                        "benchmarks/zh_dictionary_text.py)")
     args = parser.parse_args()
     import sentencepiece as spm
 
@@ -100,7 +103,7 @@ def main():
     today, ours_dc = Encoder(sp, 1, "sentencepiece"), Encoder(sp, 1, "ours")
     print(f"bench_encoder at {git('rev-parse', '--short', 'HEAD')}, CPU: {cpu_name()}, load average "
           f"{load_average()}, sentencepiece {spm.__version__}, {args.rounds} rounds")
-    for name, lines in corpora().items():
+    for name, lines in corpora(args.zh_text).items():
         tokens = int(ours.encode_ids(lines)[0].size)
         t = timed({"sp": lambda lines=lines: sp.encode(lines, num_threads=1),
                    "today": lambda lines=lines: today.encode_batch(lines),
