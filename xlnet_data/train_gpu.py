@@ -287,7 +287,9 @@ def _train():
 
     from xlnet_data.pretrain import distribution, training
     if FLAGS.dry_run:
-        return _dry_run(training.dry_run(config, FLAGS.dry_run_steps, started, FLAGS.dry_run_seconds), config)
+        dry = training.dry_run(config, FLAGS.dry_run_steps, started, FLAGS.dry_run_seconds)
+        _FINISHED.append(dry)  # freed by no one: see run()
+        return _dry_run(dry, config)
     try:
         result = training.train(config)
         _FINISHED.append(result)  # freed by no one: see run()
@@ -323,7 +325,7 @@ def _dry_run(dry, config) -> int:
     return 0
 
 
-_FINISHED = []  # the run's result: its input iterators, whose freeing waits for their threads
+_FINISHED = []  # the run's result (or the dry run's): its input iterators, whose freeing waits for their threads
 
 
 def run():

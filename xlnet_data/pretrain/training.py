@@ -112,6 +112,8 @@ class DryRun:
     timed_steps: int
     step_seconds: float  # the mean of the timed steps after it
     projected_seconds: float  # of a run from start_step to train_steps, checkpoints not counted
+    sources: list  # the input sources it read: returned, not freed here, since freeing their tf.data iterators
+    # waits for those iterators' threads (seconds; train_gpu.run lets the process end without it)
 
 
 def dry_run(cfg: TrainConfig, steps: int = 5, started: Optional[float] = None, seconds: float = 20.0) -> DryRun:
@@ -146,7 +148,8 @@ def dry_run(cfg: TrainConfig, steps: int = 5, started: Optional[float] = None, s
             float(one_step(timed))
     step_seconds = (time.time() - tic) / timed
     left = max(cfg.train_steps - start, 0)
-    return DryRun(cost, start, first, timed, step_seconds, first + (left - 1) * step_seconds if left else 0.0)
+    return DryRun(cost, start, first, timed, step_seconds, first + (left - 1) * step_seconds if left else 0.0,
+                  sources)
 
 
 def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None,
