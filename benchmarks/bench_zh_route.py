@@ -1,0 +1,53 @@
+"""The Chinese word starts alone, in process: `WordStarts` on 4,096-token blocks and jieba's route on the whole
+text, in ns a token (CPU time, best of --rounds).
+
+    taskset -c 0 python benchmarks/bench_zh_route.py --zh_text=/tmp/zh_dictionary.txt --sp_model=/tmp/zhs.model
+
+--zh_text: one sentence a line (benchmarks/zh_dictionary_text.py makes one); --sp_model: a SentencePiece model of
+that text (spm_train's). Needs jieba (the `words` extra).
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from xlnet_data.dataformat import words, zh_words
+
+
+def best_time(call, rounds):
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.process_time()
+        call()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--zh_text", required=True)
+    parser.add_argument("--sp_model", required=True)
+    parser.add_argument("--lines", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    lines = Path(args.zh_text).read_text(encoding="utf-8").splitlines()[:args.lines]
+    sp = spm.SentencePieceProcessor(model_file=args.sp_model)
+    ids = np.array([i for line in lines for i in sp.encode(line)], dtype=np.int32)
+    word_starts = words.WordStarts.of(sp, "zh")
+    blocks = np.array_split(ids, max(1, ids.size // 4096))
+    word_starts(blocks[0])  # compiled before timing
+    per_token = best_time(lambda: [word_starts(block) for block in blocks], args.rounds) / ids.size * 1e9
+    code_points, in_script, _ = word_starts.pieces.joined(ids)
+    dictionary = words._zh_dictionary()
+    route = best_time(lambda: zh_words.char_starts(dictionary, code_points, in_script), args.rounds) / ids.size * 1e9
+    print(f"{ids.size} tokens, {code_points.size} characters: WordStarts {per_token:.0f} ns a token, "
+          f"jieba's route {route:.0f} ns a token (best of {args.rounds})")
+
+
+if __name__ == "__main__":
+    main()
