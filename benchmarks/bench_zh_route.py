@@ -9,23 +9,17 @@ that text (spm_train's). Needs jieba (the `words` extra).
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from xlnet_data.dataformat import words, zh_words
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_words import cpu_seconds  # noqa: E402
 
-
-def best_time(call, rounds):
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.process_time()
-        call()
-        best = min(best, time.process_time() - start)
-    return best
+from xlnet_data.dataformat import words, zh_words  # noqa: E402
 
 
 def main():
@@ -41,10 +35,10 @@ def main():
     word_starts = words.WordStarts.of(sp, "zh")
     blocks = np.array_split(ids, max(1, ids.size // 4096))
     word_starts(blocks[0])  # compiled before timing
-    per_token = best_time(lambda: [word_starts(block) for block in blocks], args.rounds) / ids.size * 1e9
+    per_token = cpu_seconds(lambda: [word_starts(block) for block in blocks], args.rounds) / ids.size * 1e9
     code_points, in_script, _ = word_starts.pieces.joined(ids)
     dictionary = words._zh_dictionary()
-    route = best_time(lambda: zh_words.char_starts(dictionary, code_points, in_script), args.rounds) / ids.size * 1e9
+    route = cpu_seconds(lambda: zh_words.char_starts(dictionary, code_points, in_script), args.rounds) / ids.size * 1e9
     print(f"{ids.size} tokens, {code_points.size} characters: WordStarts {per_token:.0f} ns a token, "
           f"jieba's route {route:.0f} ns a token (best of {args.rounds})")
 
