@@ -177,27 +177,33 @@ def _segmented_text(segment: Callable[[str], np.ndarray], language: str, code_po
     return mapped
 
 
+def _mark_by_text(pieces: PieceTable, segment, ids, asked, starts):
+    """WordStarts' `mark` by a segmenter of text (`segment`: _segmented_text's), on the block's pieces joined."""
+    code_points, in_script, firsts = pieces.joined(ids)
+    starts[asked] = segment(code_points, in_script)[firsts[asked]]
+
+
 @dataclasses.dataclass(frozen=True)
 class WordStarts:
     """Which tokens can start a span, for one model and segmenter: called on a block of ids (int32), it gives a
     bool per id."""
     pieces: PieceTable
-    segment: Callable[[np.ndarray, np.ndarray], np.ndarray]  # (code points, in the scripts) -> a bool each, and
-    # one past them: where a word begins
+    mark: Callable[[np.ndarray, np.ndarray, np.ndarray], None]  # (ids, asked, starts): sets starts[asked] to
+    # whether a word begins at each asked token's first character
 
     @classmethod
     def of(cls, sp, language: str) -> "WordStarts":
-        if language == "zh":  # the compiled route reads the code points as they are
-            segment = functools.partial(zh_words.char_starts, _zh_dictionary())
+        pieces = PieceTable.of(sp, language)
+        if language == "zh":  # the compiled route reads the pieces' code points where they are
+            mark = functools.partial(zh_words.mark_token_starts, _zh_dictionary(), pieces)
         else:
-            segment = functools.partial(_segmented_text, load_segmenter(language), language)
-        return cls(PieceTable.of(sp, language), segment)
+            mark = functools.partial(_mark_by_text, pieces,
+                                     functools.partial(_segmented_text, load_segmenter(language), language))
+        return cls(pieces, mark)
 
     def __call__(self, ids: np.ndarray) -> np.ndarray:
         starts = self.pieces.is_start[ids]
         asked = self.pieces.segmented[ids] & ~starts
-        if not asked.any():
-            return starts
-        code_points, in_script, firsts = self.pieces.joined(ids)
-        starts[asked] = self.segment(code_points, in_script)[firsts[asked]]
+        if asked.any():
+            self.mark(ids, asked, starts)
         return starts
