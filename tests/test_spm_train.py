@@ -190,6 +190,24 @@ def test_cli_trains_and_reports(tmp_path):
     assert vocab.special_id_mismatches(spm.SentencePieceProcessor(model_file=f"{prefix}.model")) == []
 
 
+def test_the_same_training_twice_writes_the_same_model_and_another_one_in_its_place_is_said(tmp_path, caplog):
+    """SentencePiece records the prefix it wrote to, a temporary one: the model names its real prefix instead, so
+    that its sha256 (which create, train_gpu and dump check) is the same for the same training."""
+    prefix = str(tmp_path / "spm" / "m")
+    same = dict(input_files=CORPUS_FILES[:2], model_prefix=prefix, num_threads=2)
+    models = []
+    with caplog.at_level("WARNING", logger="xlnet_data"):
+        for _ in range(2):
+            with open(tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(vocab_size=500, **same)), "rb") as f:
+                models.append(f.read())
+    assert models[0] == models[1] and b".tmp" not in models[0] and prefix.encode() in models[0]
+    assert "replaced" not in caplog.text
+    with caplog.at_level("WARNING", logger="xlnet_data"):
+        tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(vocab_size=400, **same))
+    assert f"{prefix}.model: replaced by the model trained now (another one was there" in caplog.text
+    assert spm.SentencePieceProcessor(model_file=f"{prefix}.model").get_piece_size() == 400
+
+
 def test_cli_help_explains_each_flag():
     result = _cli("--help")  # absl exits 1 after printing help
     assert "Traceback" not in result.stderr

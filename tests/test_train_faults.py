@@ -250,6 +250,34 @@ def test_resuming_on_records_of_another_model_or_normalisation_is_refused(small_
     assert not (tmp_path / "new").exists()
 
 
+def test_an_init_checkpoint_that_is_not_one_is_refused_in_one_line_before_model_dir_is_made(trained_one_step,
+                                                                                             tmp_path):
+    export = tmp_path / "hf"  # what export_hf writes, as far as the check looks
+    export.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (export / name).write_text("{}")
+    (tmp_path / "empty").mkdir()
+    for init, fragment in ((export / "model.safetensors", rf"is a file of the Transformers directory {export}: give the "
+                                                          rf"directory, --init_checkpoint={export}$"),
+                           (tmp_path / "empty", r"cannot be read as a checkpoint \(.*\); give a TensorFlow checkpoint"),
+                           (tmp_path / "nowhere" / "model.ckpt-5", r"cannot be read as a checkpoint \(.*\); give")):
+        cfg = T.dataclasses.replace(trained_one_step, model_dir=str(tmp_path / "new"), init_checkpoint=str(init))
+        with pytest.raises(ConfigError, match=rf"^--init_checkpoint={init} {fragment}"):
+            T.train(cfg)
+        assert not (tmp_path / "new").exists()
+
+
+def test_a_mix_of_sources_made_with_two_sentencepiece_models_is_refused(small_records, tmp_path):
+    other = _made_otherwise(small_records, tmp_path, "model_b", model_sha256="b" * 64)
+    cfg = tiny_config(f"{small_records},{other}", tmp_path / "model", mix_sampling_factor=1.0, train_steps=1,
+                      mem_len=0)
+    with pytest.raises(ConfigError, match=r"^--record_info_dir's sources were made with different SentencePiece "
+                                          rf"models: {small_records}/tfrecords \(sha256 [0-9a-f]{{12}}…\), {other}/tfrecords \(sha256 "
+                                          r"bbbbbbbbbbbb…\); an id would be other pieces in each"):
+        T.train(cfg)
+    assert not (tmp_path / "model").exists()
+
+
 def test_a_mixed_run_resumed_with_a_source_swapped_or_reordered_is_refused_and_a_moved_one_resumes(small_records,
                                                                                                   tmp_path):
     a, b = small_records, _made_otherwise(small_records, tmp_path, "b", input_sha256="c" * 64)

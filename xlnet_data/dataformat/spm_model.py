@@ -24,10 +24,11 @@ def _varint(buf: bytes, pos: int):
             return value, pos
 
 
-def _fields(buf: bytes):
-    """(field number, value) of a protobuf message: ints for varints, bytes otherwise."""
+def _raw_fields(buf: bytes):
+    """(field number, value, the field's own bytes) of a protobuf message: ints for varints, bytes otherwise."""
     pos = 0
     while pos < len(buf):
+        start = pos
         key, pos = _varint(buf, pos)
         number, wire_type = key >> 3, key & 7
         if wire_type == 0:
@@ -40,7 +41,37 @@ def _fields(buf: bytes):
             value, pos = buf[pos:pos + size], pos + size
         else:
             raise ValueError(f"unsupported protobuf wire type {wire_type}")
+        yield number, value, buf[start:pos]
+
+
+def _fields(buf: bytes):
+    """(field number, value) of a protobuf message: ints for varints, bytes otherwise."""
+    for number, value, _ in _raw_fields(buf):
         yield number, value
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    def varint(value):
+        out = bytearray()
+        while value >= 0x80:
+            out.append(value & 0x7F | 0x80)
+            value >>= 7
+        return bytes(out) + bytes([value])
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def with_model_prefix(data: bytes, model_prefix: str) -> bytes:
+    """The serialized ModelProto with trainer_spec.model_prefix (field 2 of field 2) set to `model_prefix`, the
+    rest as it was: SentencePiece records the prefix it wrote to, which spm_train makes a temporary one, and a
+    model trained twice on the same text must be the same file (its sha256 is checked by create, train_gpu and
+    dump)."""
+    out = []
+    for number, value, raw in _raw_fields(data):
+        if number == 2:
+            raw = _length_delimited(2, b"".join(_length_delimited(2, model_prefix.encode("utf-8")) if sub == 2
+                                                else sub_raw for sub, _, sub_raw in _raw_fields(value)))
+        out.append(raw)
+    return b"".join(out)
 
 
 class SentencePieceModel(NamedTuple):

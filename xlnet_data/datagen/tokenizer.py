@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import glob
 import json
+import logging
 import os
 import re
 import signal
@@ -27,9 +28,11 @@ import sentencepiece as spm
 from xlnet_data.common import fileio, workers
 from xlnet_data.common.config_types import check_field_types
 from xlnet_data.common.errors import UserError
-from xlnet_data.dataformat import vocab
+from xlnet_data.dataformat import spm_model, vocab
 from xlnet_data.datagen import corpus, spm_log
 from xlnet_data.datagen.text import Encoder, preprocess_texts
+
+log = logging.getLogger("xlnet_data")
 
 # The original README's spm_train symbols. Control symbols take ids 3..7 after
 # <unk>, <s>, </s>; user-defined ones follow, so <eop> gets 8.
@@ -310,6 +313,17 @@ def _end_on_sigterm():
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _warn_if_replacing(path, model: bytes):
+    try:
+        with open(path, "rb") as f:
+            if f.read() == model:
+                return
+    except FileNotFoundError:
+        return
+    log.warning("%s: replaced by the model trained now (another one was there: records made with it are "
+                    "refused with this one; train to a new --model_prefix to keep both)", path)
+
+
 def train_sentencepiece(config):
     """Trains `<model_prefix>.model` and `.vocab` as `config` says, checks it, and records how its text was
     normalised in `<model_prefix>.text.json`; returns the .model path.
@@ -333,10 +347,15 @@ def train_sentencepiece(config):
         settings = {"uncased": config.uncased, "keep_accents": config.keep_accents, "pieces": pieces, "unk": unk,
                     "rare_pieces": rare, "input_files": list(config.input_files)}
         try:  # before any rename: a full disk here leaves no model either
+            with open(tmp_prefix + ".model", "rb") as f:
+                model = spm_model.with_model_prefix(f.read(), config.model_prefix)
+            with open(tmp_prefix + ".model", "wb") as f:
+                f.write(model)
             with open(tmp_prefix + TEXT_SETTINGS_SUFFIX, "w", encoding="utf-8") as f:
                 f.write(json.dumps(settings, indent=1) + "\n")
         except OSError as err:
-            raise SpmTrainError(f"{config.model_prefix}{TEXT_SETTINGS_SUFFIX}: {err.strerror}") from None
+            raise SpmTrainError(f"{config.model_prefix}: {err.strerror}") from None
+        _warn_if_replacing(config.model_prefix + ".model", model)
         for suffix in suffixes:
             try:
                 os.replace(tmp_prefix + suffix, config.model_prefix + suffix)

@@ -257,7 +257,16 @@ def check_init_checkpoint(cfg: TrainConfig) -> None:
     embeddings are of other pieces. Transformers directories are checked by their tokenizer (train_gpu.py)."""
     if not cfg.init_checkpoint or hf.is_hf_dir(cfg.init_checkpoint):
         return
-    where = cfg.init_checkpoint if os.path.isdir(cfg.init_checkpoint) else os.path.dirname(cfg.init_checkpoint)
+    parent = os.path.dirname(cfg.init_checkpoint) or "."
+    if os.path.isfile(cfg.init_checkpoint) and hf.is_hf_dir(parent):
+        raise ConfigError(f"--init_checkpoint={cfg.init_checkpoint} is a file of the Transformers directory {parent}: "
+                          f"give the directory, --init_checkpoint={parent}")
+    problem = checkpoints.unreadable(cfg.init_checkpoint)
+    if problem:
+        raise ConfigError(f"--init_checkpoint={cfg.init_checkpoint} cannot be read as a checkpoint ({problem}); give "
+                          "a TensorFlow checkpoint (a prefix such as MODEL_DIR/model.ckpt-1000, or a model_dir), or "
+                          "an export_hf directory")
+    where = cfg.init_checkpoint if os.path.isdir(cfg.init_checkpoint) else parent
     run_config = os.path.join(where, RUN_CONFIG)
     if not os.path.isfile(run_config):  # the original's checkpoints, ours from elsewhere: nothing to compare
         return

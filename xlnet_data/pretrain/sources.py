@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_data.common import fileio
-from xlnet_data.common.errors import UserError
+from xlnet_data.common.errors import ConfigError, UserError
 from xlnet_data.dataformat import provenance, save_dir, settings, token_cache, validation
 from xlnet_data.dataformat.examples.generated import check_cache
 from xlnet_data.dataformat.record_reader import RecordError, read_numbered_examples
@@ -149,6 +149,19 @@ _RECORD_FIELDS = {"train_batch_size": "InputConfig.bsz_per_host", "n_token": "XL
                                                        "mask_alpha", "mask_beta", "num_predict")}}
 
 
+def check_one_model(record_dirs: list[str]) -> None:
+    """ConfigError when the record dirs of one run were made with different SentencePiece models (their
+    record_infos' sha256): the same id would be other pieces in one embedding table."""
+    models = {}
+    for record_dir in record_dirs:
+        models.setdefault(validation.check_units_agree(record_dir), record_dir)
+    models.pop(None, None)  # an older create's records name no model
+    if len(models) > 1:
+        named = ", ".join(f"{record_dir} (sha256 {sha[:12]}…)" for sha, record_dir in models.items())
+        raise ConfigError(f"--record_info_dir's sources were made with different SentencePiece models: {named}; "
+                               "an id would be other pieces in each: make every source with one model")
+
+
 def check_records(cfg: TrainConfig) -> None:
     """Before training: the config's data settings are the records' (corpus_info.json; ConfigError names the one
     that is not), no pass is missing (validation.missing_passes), and every unit's files hold the records its
@@ -157,6 +170,7 @@ def check_records(cfg: TrainConfig) -> None:
     objects = {"InputConfig": cfg.data, "XLNetConfig": cfg.model}
     given = {flag: getattr(objects[field.split(".")[0]], field.split(".")[1]) for flag, field in _RECORD_FIELDS.items()}
     settings.check_train_config(cfg.record_info_dir.split(","), given, _RECORD_FIELDS)
+    check_one_model(cfg.record_info_dir.split(","))
     record_settings = save_dir.RecordSettings.of(cfg.data)
     for name in cfg.sources:
         for record_dir in name.split(","):  # all the passes asked for, or of the create run, are there
