@@ -20,7 +20,7 @@ from xlnet_data.dataformat import record_reader
 from xlnet_data.dataformat.vocab import UNK_ID
 from xlnet_data.datagen import tokenizer
 from xlnet_data.datagen.config import CreateConfig
-from xlnet_data.datagen.job import MARKS_WARNING_SHARE, create_records
+from xlnet_data.datagen.job import MARKS_WARNING_SHARE, UNK_WARNING_SHARE, create_records
 from xlnet_data.datagen.text import StrippedMarks, preprocess_texts
 
 # Each language: documents, each a list of sentences (<eop> glued to a paragraph's last sentence).
@@ -173,6 +173,29 @@ def test_without_keep_accents_the_letters_that_lose_a_mark_are_counted_per_file_
     info = json.loads((tmp_path / "out" / "corpus_info.json").read_text())
     assert info["keep_accents"] is False
     assert info["input_counts"][f"{corpus}/th.txt"] == summary.input_counts[f"{corpus}/th.txt"]
+
+
+def test_a_model_of_text_without_marks_and_no_record_beside_it_is_warned_about_by_its_unk(corpus, tmp_path):
+    """Without spm_train's record (PREFIX.text.json) beside the model, create cannot compare --keep_accents with
+    how the model was trained; the <unk> it then reads says so instead."""
+    stripped = tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(
+        input_files=tuple(sorted(map(str, corpus.glob("*.txt")))), model_prefix=str(tmp_path / "spm" / "plain"),
+        vocab_size=2000, hard_vocab_limit=False, character_coverage=1.0, num_threads=2))
+    moved = tmp_path / "moved.model"
+    moved.write_bytes(open(stripped, "rb").read())  # its text.json left behind
+    config = CreateConfig(input_glob=str(corpus / "*.txt"), sp_path=str(moved), save_dir=str(tmp_path / "out"),
+                          keep_accents=True, **SMALL).validate()
+    summary = create_records(config, num_workers=1)
+    counts = summary.input_counts
+    unk = sum(c["unk"] for c in counts.values()) / sum(c["tokens"] for c in counts.values())
+    assert unk >= UNK_WARNING_SHARE
+    warning = summary.unk_warning()
+    worst = max(counts, key=lambda path: counts[path]["unk"] / counts[path]["tokens"])
+    assert warning.startswith(f"{100 * unk:.1f}% of the tokens read are <unk> ({worst}: ")
+    assert "--keep_accents" in warning and "\n" not in warning
+    # The same text with the model's own setting: no <unk> to speak of.
+    config = dataclasses.replace(config, keep_accents=False, save_dir=str(tmp_path / "same"))
+    assert create_records(config, num_workers=1).unk_warning() is None
 
 
 def test_english_and_chinese_get_no_warning(accents_model, tmp_path):

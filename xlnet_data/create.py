@@ -100,9 +100,9 @@ def main(argv):
         if r.skipped:
             log.warning("task %d pass %d: %s", r.unit.task, r.unit.pass_id, r.skipped)
     print(summary.line(time.time() - start), file=sys.stderr)
-    marks_warning = summary.marks_warning()
-    if marks_warning:  # last, where it is seen
-        log.warning("%s", marks_warning)
+    for warning in (summary.unk_warning(), summary.marks_warning()):
+        if warning:  # last, where it is seen
+            log.warning("%s", warning)
     return 0
 
 

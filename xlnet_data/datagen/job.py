@@ -75,6 +75,24 @@ class CreateSummary:
                 f"{others}: {self.input_counts[worst]['marks']} letters lost a mark (tone marks, viramas, kana "
                 "voicing, accents...); pass --keep_accents to keep them (to spm_train too)")
 
+    def unk_warning(self) -> Optional[str]:
+        """One line when at least UNK_WARNING_SHARE of the tokens read are <unk>, naming the worst file; else None
+        (a model that has no spm_train record beside it is not checked against --keep_accents otherwise)."""
+        counts = self.input_counts
+        tokens, unk = (sum(c[key] for c in counts.values()) for key in ("tokens", "unk"))
+        if not tokens or unk < UNK_WARNING_SHARE * tokens:
+            return None
+        worst = max(counts, key=lambda path: counts[path]["unk"] / max(1, counts[path]["tokens"]))
+        return (f"{100 * unk / tokens:.1f}% of the tokens read are <unk> ({worst}: "
+                f"{100 * counts[worst]['unk'] / max(1, counts[worst]['tokens']):.1f}%): the SentencePiece model does "
+                "not know those characters; is it trained on text with the accents and marks removed while create "
+                "keeps them (--keep_accents), or on other text? spm_train one on this text, with create's "
+                "--keep_accents")
+
+
+# English with XLNet's model and a model trained on its own text read 0.00-0.02% <unk>; a model trained without
+# --keep_accents on Hindi text that create keeps the marks of, 10%.
+UNK_WARNING_SHARE = 0.01
 
 # The share of a file's characters that losing a mark makes a warning: English text with names and loanwords
 # (café, José) stays far below it (the Austen sample: 0%), Spanish is 3.2% (sample_corpus's Reina-Valera),
