@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, SAMPLE_CORPUS
 
 import xlnet_data as xd
-from xlnet_data.common.errors import ConfigError
+from xlnet_data.common.errors import ConfigError, UserError
 from xlnet_data.pretrain.config import InputConfig, RunConfig, XLNetConfig
 
 # The page's sizes are a user's; the test's are small. Each must be on the page exactly once (else the test
@@ -76,6 +76,22 @@ def test_a_setting_that_contradicts_the_records_is_named(page_dir):
     with pytest.raises(ConfigError, match=r"^XLNetConfig.n_token=32000 contradicts the records: vocab_size=1000"):
         check_records(xd.TrainConfig(**{**page, "model": XLNetConfig(n_layer=1)}, data=InputConfig(**data,
                                                                                                    uncased=True)))
+
+
+def test_train_takes_a_save_dir_as_train_gpu_does_and_a_folder_without_records_is_one_user_error(page_dir,
+                                                                                                tmp_path):
+    folder, _ = page_dir
+    page = dict(model=XLNetConfig(n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=1000),
+                run=RunConfig(reuse_len=64, bi_data=True), train_steps=1,
+                data=InputConfig(seq_len=128, reuse_len=64, perm_size=64, bsz_per_host=8, num_predict=21,
+                                 uncased=True))
+    assert xd.train(xd.TrainConfig(record_info_dir=str(folder / "proc_data/my"), model_dir=str(tmp_path / "m"),
+                                   **page)).step == 1
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=rf"^no record_info file matches {tmp_path}/empty/record_info-train-.*: give a "
+                                        r"save_dir of create \(or its tfrecords/ folder\) made with these data "
+                                        r"settings$"):
+        xd.train(xd.TrainConfig(record_info_dir=str(tmp_path / "empty"), model_dir=str(tmp_path / "m2"), **page))
 
 
 def _train_config(**changes):

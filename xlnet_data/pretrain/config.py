@@ -178,8 +178,8 @@ class InputConfig:
 class TrainConfig:
     """A training run. Names and defaults are the original train_gpu.py flags'.
 
-    record_info_dir: comma-separated `tfrecords/` dirs; without mix_sampling_factor their
-      files are read one after the other (the original), with it each step reads one dir.
+    record_info_dir: comma-separated save_dirs of create (or their `tfrecords/` folders); without
+      mix_sampling_factor their files are read one after the other (the original), with it each step reads one dir.
     data.bsz_per_host is the global batch (train_batch_size), split over the replicas.
     """
 

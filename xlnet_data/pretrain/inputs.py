@@ -42,6 +42,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat import record_info, save_dir, validation
 from xlnet_data.dataformat.examples import generated
 from xlnet_data.dataformat.vocab import CLS_ID, SEP_ID
@@ -51,6 +52,10 @@ from xlnet_data.pretrain.config import InputConfig
 # (indices in the stream of a batch's consecutive examples [n] int64 tensor, part 0 = first
 # reuse_len positions / 1 = the rest) -> a permutation of range(perm_size) per example [n, perm_size].
 PermutationFn = Callable[[tf.Tensor, int], tf.Tensor]
+
+
+class NoRecordsError(UserError, FileNotFoundError):
+    """A record dir without the records of the settings asked for."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +82,8 @@ def find_records(record_info_dir: str, config: InputConfig) -> RecordInfo:
         pattern = save_dir.record_info_glob(record_dir, config.split, settings)
         info_paths = sorted(glob.glob(pattern))
         if not info_paths:
-            raise FileNotFoundError(f"no record_info file matches {pattern}")
+            raise NoRecordsError(f"no record_info file matches {pattern}: give a save_dir of create (or its tfrecords/ "
+                                 "folder) made with these data settings")
         for info_path in info_paths:
             if config.num_passes is not None and save_dir.parse_name(info_path).pass_id >= config.num_passes:
                 continue
