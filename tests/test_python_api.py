@@ -121,6 +121,12 @@ def test_a_value_of_the_wrong_type_is_one_config_error(make, line):
     assert str(err.value) == line
 
 
+def test_a_run_config_that_contradicts_the_data_config_names_both():
+    with pytest.raises(ConfigError, match=r"^RunConfig\(reuse_len=2, bi_data=False\) must be the data's: "
+                                          r"InputConfig\(reuse_len=4, bi_data=False\)$"):
+        _train_config(run=RunConfig(reuse_len=2))
+
+
 def test_plainly_meant_values_are_taken_as_the_type(tmp_path):
     import numpy as np
     config = xd.CreateConfig(seq_len=np.int64(128), save_dir=tmp_path / "out")

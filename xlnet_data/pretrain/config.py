@@ -255,7 +255,8 @@ class TrainConfig:
         for device in self.devices:
             need(is_device_name(device), f"--devices: {device!r} is not a device name such as /gpu:0 or /cpu:0")
         need(self.run.reuse_len == self.data.reuse_len and self.run.bi_data == self.data.bi_data,
-             "the model's reuse_len/bi_data must be the data's")
+             f"RunConfig(reuse_len={self.run.reuse_len}, bi_data={self.run.bi_data}) must be the data's: "
+             f"InputConfig(reuse_len={self.data.reuse_len}, bi_data={self.data.bi_data})")
 
     @property
     def sources(self) -> list[str]:
