@@ -305,7 +305,7 @@ def test_export_is_ready_for_fine_tuning(trained, records):
 
     _, export_dir, _ = trained
     config = json.loads((export_dir / "config.json").read_text())
-    assert (config["bi_data"], config["mem_len"], config["reuse_len"]) == (False, None, None)
+    assert (config["bi_data"], config["mem_len"], config["reuse_len"], config["dropout"]) == (False, None, None, 0.1)
     assert json.loads((export_dir / "xlnet_pretraining.json").read_text()) == {
         "mem_len": 32, "reuse_len": 32, "bi_data": True, "clamp_len": -1, "same_length": False, "attn_type": "bi"}
     tokenizer = AutoTokenizer.from_pretrained(str(export_dir))
@@ -323,6 +323,11 @@ def test_export_is_ready_for_fine_tuning(trained, records):
     assert agreement and agreement[1] == agreement[2] and int(agreement[2]) > 500, log  # 600 lines, blank ones out
     assert agreement[0] in card and f"`{records}/corpus_info.json`" in card
     assert "**`AutoTokenizer`**" in card and "Not `XLNetTokenizer`" in card and "mem_len=32" in card
+    # The corpus's tokens: each task's pass 0 of the train split (corpus_info.json's input_counts name only the
+    # files with <unk> or marks lost).
+    tokens = sum(json.loads(path.read_text())["create_counts"]["tokens"]
+                 for path in (records / "tfrecords").glob("record_info-train-*-0.*.json"))
+    assert tokens > 10000 and "made by xlnet-data create from `" in card and f" ({tokens:,} tokens) with " in card
 
 
 def test_import_refuses_another_vocabulary_or_shape_in_one_line(trained, records, tmp_path):

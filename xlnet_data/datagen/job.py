@@ -78,8 +78,8 @@ class CreateSummary:
     def unk_warning(self) -> Optional[str]:
         """One line when at least UNK_WARNING_SHARE of the tokens read are <unk>, naming the worst file; else None
         (a model that has no spm_train record beside it is not checked against --keep_accents otherwise)."""
-        counts = self.input_counts
-        tokens, unk = (sum(c[key] for c in counts.values()) for key in ("tokens", "unk"))
+        counts = self.input_counts  # only the files with <unk> (or marks lost)
+        tokens, unk = self.per_input("tokens"), sum(c["unk"] for c in counts.values())
         if not tokens or unk < UNK_WARNING_SHARE * tokens:
             return None
         worst = max(counts, key=lambda path: counts[path]["unk"] / max(1, counts[path]["tokens"]))

@@ -162,10 +162,10 @@ def hf_config(model: XLNetConfig, run: RunConfig) -> dict:
 
 
 def fine_tuning_run(run: RunConfig) -> RunConfig:
-    """config.json's settings by default: fine-tuning's, as the original's run_classifier.py has them. Transformers
-    reads bi_data=True as a batch of forward and backward halves (a batch of one text gives empty logits),
-    mem_len as memories returned, reuse_len as positions cached."""
-    return dataclasses.replace(run, mem_len=0, reuse_len=0, bi_data=False)
+    """config.json's settings by default: fine-tuning's, as the original's run_classifier.py has them (no memory,
+    dropout 0.1 where pretraining's default is 0). Transformers reads bi_data=True as a batch of forward and backward
+    halves (a batch of one text gives empty logits), mem_len as memories returned, reuse_len as positions cached."""
+    return dataclasses.replace(run, mem_len=0, reuse_len=0, bi_data=False, dropout=0.1, dropatt=0.1)
 
 
 def read_pretraining(directory: str) -> Optional[dict]:

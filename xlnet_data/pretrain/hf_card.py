@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import os
+
+from xlnet_data.dataformat import record_info, save_dir
 from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.pretrain.config import ExportConfig
 
 _RECORD_KEYS = ("vocab_size", "seq_len", "reuse_len", "bsz_per_host", "num_predict", "bi_data", "uncased",
                 "keep_accents", "mask_alpha", "mask_beta")
+
+
+def _train_tokens(corpus_info_path: str) -> int:
+    """The train split's tokens, each task once (its pass 0), from the record_infos beside corpus_info.json:
+    corpus_info.json's input_counts name only the files with <unk> or marks lost."""
+    tokens = 0
+    for info_path in save_dir.record_info_paths(save_dir.tfrecords_dir(os.path.dirname(corpus_info_path))):
+        name = save_dir.parse_name(info_path)
+        if name is not None and name.split == "train" and name.pass_id == 0:
+            tokens += save_dir.read_json(info_path).get(record_info.COUNTS_KEY, {}).get("tokens", 0)
+    return tokens
 
 
 def _records_lines(records: list[tuple[str, CorpusInfo]]) -> list[str]:
@@ -15,7 +29,7 @@ def _records_lines(records: list[tuple[str, CorpusInfo]]) -> list[str]:
                 "records)"]
     lines = []
     for path, info in records:
-        tokens = sum(counts.get("tokens", 0) for counts in (info.extra.get("input_counts") or {}).values())
+        tokens = _train_tokens(path)
         settings = ", ".join(f"{key}={info.value(key)}" for key in _RECORD_KEYS if info.value(key) is not None)
         lines.append(f"- `{path}`: made by xlnet-data create from `{info.input_glob}`"
                      f"{f' ({tokens:,} tokens)' if tokens else ''} with `{info.sp_path}`; {settings}")
