@@ -306,6 +306,7 @@ def test_export_is_ready_for_fine_tuning(trained, records):
     _, export_dir, _ = trained
     config = json.loads((export_dir / "config.json").read_text())
     assert (config["bi_data"], config["mem_len"], config["reuse_len"], config["dropout"]) == (False, None, None, 0.1)
+    assert config["use_mems_eval"] is False  # no memories returned (they would be the whole text's)
     assert json.loads((export_dir / "xlnet_pretraining.json").read_text()) == {
         "mem_len": 32, "reuse_len": 32, "bi_data": True, "clamp_len": -1, "same_length": False, "attn_type": "bi"}
     tokenizer = AutoTokenizer.from_pretrained(str(export_dir))

@@ -154,10 +154,10 @@ def hf_config(model: XLNetConfig, run: RunConfig) -> dict:
         "d_head": model.d_head, "d_inner": model.d_inner, "ff_activation": _ACTIVATION_TO_HF[model.ff_activation],
         "untie_r": model.untie_r, "attn_type": run.attn_type,
         "mem_len": run.mem_len or None, "reuse_len": run.reuse_len or None, "bi_data": run.bi_data,
-        "clamp_len": run.clamp_len, "same_length": run.same_length, "use_mems_eval": True, "use_mems_train": False,
-        "dropout": run.dropout, "initializer_range": run.init_std, "layer_norm_eps": LAYER_NORM_EPSILON,
-        "pad_token_id": 5, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True,
-        "dtype": "float32",
+        "clamp_len": run.clamp_len, "same_length": run.same_length, "use_mems_eval": bool(run.mem_len),
+        "use_mems_train": False, "dropout": run.dropout, "initializer_range": run.init_std,
+        "layer_norm_eps": LAYER_NORM_EPSILON, "pad_token_id": 5, "bos_token_id": 1, "eos_token_id": 2,
+        "tie_word_embeddings": True, "dtype": "float32",
     }
 
 
