@@ -133,3 +133,6 @@ def test_plainly_meant_values_are_taken_as_the_type(tmp_path):
     assert type(config.seq_len) is int and config.save_dir == str(tmp_path / "out")
     assert xd.SpmTrainConfig(input_files=[tmp_path / "a.txt"], model_prefix="m").input_files == (str(tmp_path / "a.txt"),)
     assert _train_config(devices=["/cpu:0"], learning_rate=1).devices == ("/cpu:0",)
+    flags = np.array([1, 0]) > 0  # a numpy bool, as an array of flags gives
+    config = xd.CreateConfig(uncased=flags[1], bi_data=flags[0])
+    assert (config.uncased, config.bi_data) == (False, True) and type(config.uncased) is bool

@@ -15,6 +15,8 @@ import types
 import typing
 from typing import Any
 
+import numpy as np
+
 from xlnet_data.common.errors import ConfigError
 
 _NAMES = {bool: "True or False", int: "an integer", float: "a number", str: "a string", tuple: "a tuple"}
@@ -56,8 +58,8 @@ def _normalised(kind, value):
                     pass
         raise _Mismatch
     if kind is bool:
-        if isinstance(value, bool):
-            return value
+        if isinstance(value, (bool, np.bool_)):  # a numpy bool too, e.g. from an array of flags
+            return bool(value)
     elif kind is int:
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
