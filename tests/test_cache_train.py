@@ -210,3 +210,24 @@ def test_a_cache_damaged_at_the_same_size_is_refused_by_train_gpu_and_dump(both,
     result = run_module("xlnet_data.dump", broken, "--pass_id=0")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-3000:]
     assert result.stderr.startswith("dump: error: ") and re.search(want, result.stderr), result.stderr
+
+
+@pytest.mark.parametrize("index_text, cause", [("", "JSONDecodeError"), ("[1, 2]", "AttributeError")])
+def test_a_damaged_cache_index_is_one_line_for_train_gpu_and_dump(both, tmp_path, index_text, cause):
+    import shutil
+
+    from conftest import run_module
+    from test_train import TINY_SHAPE
+    broken = tmp_path / "broken"
+    shutil.copytree(both[1], broken)
+    (index,) = (broken / "token_cache").glob("*.json")
+    index.write_text(index_text)
+    want = (f"{index}: the token cache's index is damaged ({cause}: .*); delete the token_cache folder and run the "
+            "same create again")
+    for result, program in ((run_module("xlnet_data.dump", broken, "--stats"), "dump"),
+                            (run_module("xlnet_data.train_gpu", f"--record_info_dir={broken}",
+                                        f"--model_dir={tmp_path / 'm'}", "--train_steps=3", *TINY_SHAPE), "train")):
+        last = result.stderr.strip().splitlines()[-1]
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert re.fullmatch(f"{program}: error: " + re.escape(want).replace(re.escape(".*"), ".*"), last), last
+    assert not (tmp_path / "m").exists()
