@@ -348,6 +348,13 @@ def test_missing_passes_are_refused_by_train_and_said_by_dump(sample_spm, small_
         T.check_records(tiny_config(small_records, tmp_path / "m", data_num_passes=2))  # of create without passes
     assert selection.select(selection.SelectionConfig(paths=(str(killed),))).warnings == [incomplete]
     assert selection.select(selection.SelectionConfig(paths=(str(whole),))).warnings == []
+    # A records file gone, its record_info there: dump says the unit's records are missing (train_gpu refuses it).
+    gone = _copy(whole, tmp_path, "gone")
+    (lost,) = (gone / "tfrecords").glob("train-0-3.*.tfrecords")
+    lost.unlink()
+    assert selection.select(selection.SelectionConfig(paths=(str(gone),))).warnings == [
+        f"{lost} (or {lost}.gz), listed in {gone}/tfrecords/record_info-{lost.name[:-len('.tfrecords')]}.json, is "
+        "missing: this unit's records are gone, the others are read without them; re-create it"]
 
 
 # ----- signals ----------------------------------------------------------------------------------------

@@ -110,7 +110,8 @@ def select(config: SelectionConfig) -> Selection:
             generated.check_corpus_info(found.corpus_info_path, found.corpus_info, unit)
     warnings = list(found.warnings)
     for folder in sorted({os.path.dirname(os.path.abspath(path)) for path in files}):  # a killed create's save_dir
-        warnings += filter(None, [validation.missing_passes(folder, save_dir.record_info_paths(folder))])
+        warnings += filter(None, [validation.missing_passes(folder, save_dir.record_info_paths(folder)),
+                                  validation.missing_files(folder)])
     sp, sp_where = _sentencepiece(config.sp_path, found, model_sha256, warnings, files, cache_units)
     return Selection(config, files, cache_units, found, sp, sp_where, warnings)
 

@@ -144,6 +144,20 @@ def check_record_files(paths: list[str]) -> None:
         check_unit(info_path, read_num_batch(info_path, unit), save_dir.record_files(info_path, unit))
 
 
+def missing_files(tfrecords_dir: str) -> Optional[str]:
+    """One line when a record_info of the folder lists a records file that is not there (deleted, moved), else None:
+    the folder's other files then read as if they were the whole (train_gpu refuses such a unit: check_unit)."""
+    for info_path in save_dir.record_info_paths(tfrecords_dir):
+        info = save_dir.read_json(info_path)
+        if record_info.is_cache_backed(info):
+            continue
+        try:
+            save_dir.record_files(info_path, info)
+        except FileNotFoundError as err:
+            return f"{err}: this unit's records are gone, the others are read without them; re-create it"
+    return None
+
+
 def check_units_agree(tfrecords_dir: str) -> Optional[str]:
     """Every record_info of a tfrecords/ folder names the same data flags (`create_settings`; units of another
     split, such as create --split=dev's, may differ in record_info.PER_SPLIT's) and the same
