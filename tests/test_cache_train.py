@@ -231,3 +231,25 @@ def test_a_damaged_cache_index_is_one_line_for_train_gpu_and_dump(both, tmp_path
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
         assert re.fullmatch(f"{program}: error: " + re.escape(want).replace(re.escape(".*"), ".*"), last), last
     assert not (tmp_path / "m").exists()
+
+
+def test_an_id_outside_the_vocabulary_in_a_cache_without_checksums_is_one_line(both, tmp_path):
+    """A format-1 cache (no checksums) that holds an id past the vocabulary: train_gpu's failed read locates it."""
+    import shutil
+
+    from conftest import run_module
+    from test_cache_input import rewrite_as_format_1
+    from test_train import TINY_SHAPE
+    old = tmp_path / "old"
+    shutil.copytree(both[1], old)
+    rewrite_as_format_1(old)
+    (cache_file,) = (old / "token_cache").glob("*.bin")
+    data = bytearray(cache_file.read_bytes())
+    data[400:2000] = np.full(400, 60000, dtype="<i4").tobytes()  # 400 int32 ids, in place
+    cache_file.write_bytes(bytes(data))
+    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={old}", f"--model_dir={tmp_path / 'm'}",
+                        "--train_steps=3", *TINY_SHAPE)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert re.match(r"train: error: .*record_info-.*\.json: its token cache holds id 60000, outside the vocabulary of "
+                    r"\d+; re-run create", last), last

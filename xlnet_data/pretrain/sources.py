@@ -23,7 +23,7 @@ import tensorflow as tf
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import ConfigError, UserError
 from xlnet_data.dataformat import provenance, save_dir, settings, token_cache, validation
-from xlnet_data.dataformat.examples.generated import check_cache
+from xlnet_data.dataformat.examples.generated import check_cache, open_loop
 from xlnet_data.dataformat.record_reader import RecordError, read_numbered_examples
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import InputConfig, TrainConfig
@@ -193,6 +193,7 @@ def find_damage(record_dir: str, cfg: TrainConfig) -> Optional[UserError]:
     for unit in found.cache_units:
         try:
             token_cache.verify(unit.save_dir, check_cache(unit))
+            open_loop(unit, cfg.model.n_token)  # an id outside the vocabulary, in a cache of no checksums (format 1)
         except token_cache.TokenCacheError as err:
             return err
     for path in found.filenames:
