@@ -249,7 +249,7 @@ class TrainConfig:
              f"--max_loss={self.max_loss} must be a positive number")
         need(0 <= self.seed < 2**63, f"--seed={self.seed} must be in [0, 2**63)")
         need(self.mix_sampling_factor is None or 0 <= self.mix_sampling_factor < math.inf,
-             f"--mix_sampling_factor={self.mix_sampling_factor} must be a number >= 0")
+             f"--mix_sampling_factor={self.mix_sampling_factor} must be a finite number >= 0")
         duplicated = sorted({d for d in self.devices if self.devices.count(d) > 1})
         need(not duplicated, f"--devices names {', '.join(duplicated)} twice: each device holds one replica")
         for device in self.devices:
