@@ -75,18 +75,16 @@ def read_index(save_dir: str, task: int, key: str) -> Optional[CacheIndex]:
     try:
         index = json.loads(fileio.read_text(index_path))
         version = index.get("format", 1)
-        if version > CACHE_FORMAT:
-            raise TokenCacheError(f"{index_path}: token cache format {version} is newer than this xlnet-data reads "
-                                  f"({CACHE_FORMAT}); upgrade xlnet-data, or delete the token_cache folder and run "
-                                  "create again")
-        return CacheIndex(index["task"], index["key"], index["shards"], index["skipped_files"], version,
-                          index.get("ids", "<i4"), index.get("chunk_tokens", CHUNK_TOKENS),
-                          index.get("word_starts", False))
+        fields = (index["task"], index["key"], index["shards"], index["skipped_files"], version,
+                  index.get("ids", "<i4"), index.get("chunk_tokens", CHUNK_TOKENS), index.get("word_starts", False))
     except (ValueError, AttributeError, KeyError, TypeError) as err:
-        if isinstance(err, TokenCacheError):
-            raise
         raise TokenCacheError(f"{index_path}: the token cache's index is damaged ({type(err).__name__}: {err}); "
                               "delete the token_cache folder and run the same create again") from None
+    if version > CACHE_FORMAT:
+        raise TokenCacheError(f"{index_path}: token cache format {version} is newer than this xlnet-data reads "
+                              f"({CACHE_FORMAT}); upgrade xlnet-data, or delete the token_cache folder and run create "
+                              "again")
+    return CacheIndex(*fields)
 
 
 def index_json(index: CacheIndex, files) -> dict:

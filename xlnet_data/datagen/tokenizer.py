@@ -321,7 +321,7 @@ def _warn_if_replacing(path, model: bytes):
     except FileNotFoundError:
         return
     log.warning("%s: replaced by the model trained now (another one was there: records made with it are "
-                    "refused with this one; train to a new --model_prefix to keep both)", path)
+                "refused with this one; train to a new --model_prefix to keep both)", path)
 
 
 def train_sentencepiece(config):

@@ -159,7 +159,7 @@ def check_one_model(record_dirs: list[str]) -> None:
     if len(models) > 1:
         named = ", ".join(f"{record_dir} (sha256 {sha[:12]}…)" for sha, record_dir in models.items())
         raise ConfigError(f"--record_info_dir's sources were made with different SentencePiece models: {named}; "
-                               "an id would be other pieces in each: make every source with one model")
+                          "an id would be other pieces in each: make every source with one model")
 
 
 def check_records(cfg: TrainConfig) -> None:
