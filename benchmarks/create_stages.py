@@ -35,7 +35,7 @@ import bench_create
 from xlnet_data.common import fileio
 from xlnet_data.dataformat import token_cache
 from xlnet_data.dataformat.examples import loop
-from xlnet_data.datagen import corpus, encode, job, text, units
+from xlnet_data.datagen import corpus, encode, job, text, unigram, units
 from xlnet_data.datagen.config import CreateConfig
 
 
@@ -97,9 +97,10 @@ STAGES = [  # (module, attribute, stage name): create's stages, outermost first
     (job, "create_records", "rest: plan, lock, JSON, cache removal"),
     (encode, "encode_task", "encode stage rest: cache packing"),
     (corpus, "read_shard", "read_shard rest: sentence flags"),
-    (corpus, "_encode_block", "strip, blank lines"),
-    (corpus, "preprocess_texts", "normalise (text.py)"),
+    (corpus, "_encode_block", "encode block rest: lengths, <eod>"),
+    (corpus, "preprocess_lines", "normalise (text.py, preprocess_utf8.py)"),
     (text.Encoder, "encode_batch", "ids: lengths, concatenate, digit-comma"),
+    (unigram.UnigramEncoder, "encode_ids", "our encoder (unigram.py)"),
     (sentencepiece.SentencePieceProcessor, "encode", "SentencePiece encode"),
     (units, "run_unit", "unit rest: layout, record_info"),
     (token_cache, "read_stream", "token cache read back"),

@@ -10,6 +10,7 @@ from conftest import XLNET_SPM, needs_shared
 from xlnet_data.dataformat.examples import layout
 from xlnet_data.dataformat.vocab import EOD_ID, load_sentencepiece
 from xlnet_data.datagen import corpus, text
+from xlnet_data.datagen.utf8_lines import Utf8Lines
 
 
 def original_preprocess(line, lower):
@@ -44,6 +45,72 @@ def test_each_whitespace_and_accent_alone_in_a_block_of_plain_lines_is_normalise
         lines = ["Plain words here.", odd.strip(), "More plain words, ``quoted''."]
         for lower in (False, True):
             assert text.preprocess_texts(lines, lower) == [original_preprocess(line, lower) for line in lines], odd
+
+
+def original_marks(line):
+    """(letters, Arabic) that lose marks in the original's accent removal of `line`, counted as create
+    reports them: a run of combining characters in the NFKD text is one letter, Arabic where the run's first
+    mark is one of the Arabic ranges."""
+    nfkd = unicodedata.normalize("NFKD", " ".join(line.strip().split()).replace("``", '"').replace("''", '"'))
+    letters = arabic = 0
+    for i, c in enumerate(nfkd):
+        if unicodedata.combining(c) and (i == 0 or not unicodedata.combining(nfkd[i - 1])):
+            is_arabic = any(first <= ord(c) <= last for first, last in text.preprocess_utf8._ARABIC_MARKS)
+            arabic += is_arabic
+            letters += not is_arabic
+    return letters, arabic
+
+
+def _random_lines(rng, count):
+    """Lines of random code points of many scripts, salted with what each step changes: every whitespace
+    character, quotes, marks of Latin, Greek, Arabic, Hebrew, Thai, Devanagari and kana, compatibility forms,
+    Hangul, final sigma and dotted I."""
+    special = ([chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()] + list("`'\"ΣσİıAZaz ")
+               + [chr(c) for c in range(0x300, 0x370)] + [chr(c) for c in range(0x64B, 0x660)]
+               + list("\u0670\u05b0\u0e48\u0e31\u093c\u094d\u3099\u309a\ufdfa가각\u1100\u1161ﬁ①＇｀㍿ǅṩ\u0344\u0f73é"))
+    planes = [(0x20, 0x3000), (0x3000, 0xD800), (0xF900, 0x10000), (0x10000, 0x30000)]
+    lines = []
+    for _ in range(count):
+        chars = []
+        for _ in range(rng.integers(0, 40)):
+            if rng.random() < 0.5:
+                chars.append(special[rng.integers(len(special))])
+            else:
+                low, high = planes[rng.integers(len(planes))]
+                chars.append(chr(rng.integers(low, high)))
+        lines.append("".join(chars))
+    return lines
+
+
+def test_the_compiled_text_step_equals_the_original_on_random_text_of_many_scripts():
+    rng = np.random.default_rng(20261202)
+    few = list("`' \t\u00a0a\u0301é\u064b\u0651")  # the steps' interplay: quotes across collapsed spaces, marks
+    lines = _random_lines(rng, 3000) + ["".join(rng.choice(few, rng.integers(1, 12))) for _ in range(2000)]
+    lines += ["\ufdfa" * 500, "㍿ " * 300 + "x"]  # a line 11x its bytes: the buffer grows
+    for lower in (False, True):
+        assert text.preprocess_texts(lines, lower) == [original_preprocess(line, lower) for line in lines]
+        kept = [" ".join(line.split()).replace("``", '"').replace("''", '"') for line in lines]
+        assert text.preprocess_texts(lines, lower, keep_accents=True) == [k.lower() if lower else k for k in kept]
+    marks = text.StrippedMarks()
+    text.preprocess_texts(lines, False, stripped=marks)
+    letters, arabic = np.sum([original_marks(line) for line in lines], axis=0)
+    assert (marks.letters, marks.arabic) == (letters, arabic) and letters > 1000 and arabic > 100
+
+
+def test_the_text_tables_read_from_the_cache_are_those_built_from_unicodedata():
+    text.preprocess_utf8.tables()  # built and saved, or read
+    text.preprocess_utf8.tables.cache_clear()
+    cached, built = text.preprocess_utf8.tables(), text.preprocess_utf8._build_tables()
+    for name in ("flags", "ccc", "starts", "decomposed"):
+        np.testing.assert_array_equal(getattr(cached, name), getattr(built, name))
+    assert cached.growth == built.growth == 12  # U+FDFA: 3 bytes become 33
+
+
+def test_the_text_step_tells_blank_lines_from_text_as_strip_does():
+    lines = ["  ", "\u3000\u2028", "\u0301", "a", "", " \t``"]
+    normalised, is_text = text.preprocess_lines(Utf8Lines.of(lines), lower=False)
+    assert is_text.tolist() == [bool(line.strip()) for line in lines]
+    assert normalised.texts() == [original_preprocess(line, False) for line in lines] == ["", "", "", "a", "", '"']
 
 
 @pytest.fixture(scope="module")

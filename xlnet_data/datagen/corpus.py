@@ -13,7 +13,8 @@ import numpy as np
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat.vocab import EOD_ID, UNK_ID
-from xlnet_data.datagen.text import Encoder, StrippedMarks, preprocess_texts
+from xlnet_data.datagen.text import Encoder, StrippedMarks, preprocess_lines
+from xlnet_data.datagen.utf8_lines import Utf8Lines
 
 log = logging.getLogger("xlnet_data")
 
@@ -106,21 +107,22 @@ def line_blocks(path, allow_binary=False):
     """The lines of `path` as create reads them (decompressed, invalid UTF-8 replaced, a binary file an
     InputError), a block at a time: for spm_train, which trains on what create will read."""
     for _, lines, _ in _line_blocks(path, FileStats(), strict=False, allow_binary=allow_binary):
-        yield lines
+        yield lines.texts()
 
 
-def _decode_lines(path, raw_block, stats, strict, allow_binary=False):
-    """The lines of a block (without its last line break). Every carriage return byte is dropped, as tf.gfile's
-    ReadLine drops it: CR LF ends a line like LF, and a CR inside a line joins what is either side of it."""
+def _decode_lines(path, raw_block, stats, strict, allow_binary=False) -> Utf8Lines:
+    """The lines of a block (without its last line break), checked as UTF-8. Every carriage return byte is
+    dropped, as tf.gfile's ReadLine drops it: CR LF ends a line like LF, and a CR inside a line joins what is
+    either side of it."""
     first_line = stats.lines + 1
     raw_block = raw_block.replace(b"\r", b"")
     if not allow_binary and b"\0" in raw_block:
         number = first_line + raw_block.count(b"\n", 0, raw_block.index(b"\0"))
         raise InputError(f"{path}:{number}: a NUL byte: {_BINARY_HINT}")
     try:
-        text = raw_block.decode("utf-8")
-        stats.chars += len(text)  # for the share of characters that lose a mark; a str's length costs nothing
-        lines = text.split("\n")
+        stats.chars += len(raw_block.decode("utf-8"))  # for the share of characters that lose a mark
+        data = np.frombuffer(raw_block + b"\n", dtype=np.uint8)
+        lines = Utf8Lines(data, np.concatenate(([0], np.flatnonzero(data == 10) + 1)))
         stats.lines += len(lines)
         return lines
     except UnicodeDecodeError:
@@ -144,7 +146,7 @@ def _decode_lines(path, raw_block, stats, strict, allow_binary=False):
             raise InputError(f"{path}:{first_line}: {100 * invalid / len(raw_block):.0f}% of the bytes from here "
                              f"are not UTF-8: {_BINARY_HINT}")
     stats.lines += len(raw_lines)
-    return lines
+    return Utf8Lines.of(lines)
 
 
 def check_first_block(path, allow_binary=False):
@@ -169,26 +171,28 @@ def _parse_ids(path, number, line, vocab_size):
     return ids
 
 
-def _encode_block(lines, first, path, encoder, *, from_raw_text, uncased, keep_accents, use_eod, vocab_size,
-                  marks=None):
+def _encode_block(lines: Utf8Lines, first, path, encoder, *, from_raw_text, uncased, keep_accents, use_eod,
+                  vocab_size, marks=None):
     """Ids of a block of lines, the number of ids of each kept line, and which kept lines are text; the
     characters that lose a mark are counted into `marks` (a text.StrippedMarks).
 
     Blank lines are kept (as one <eod>) only with `use_eod`.
     """
-    stripped = [line.strip() for line in lines]
-    is_text = np.fromiter(map(bool, stripped), dtype=bool, count=len(stripped))
-    texts = [s for s in stripped if s]
     if from_raw_text:
-        text_ids, text_lengths = encoder.encode_batch(preprocess_texts(texts, uncased, keep_accents, marks))
+        normalised, is_text = preprocess_lines(lines, uncased, keep_accents, marks)
+        ids, all_lengths = encoder.encode_batch(normalised)  # a blank line has no ids
+        text_ids, text_lengths = ids, all_lengths[is_text]
     else:
+        stripped = [line.strip() for line in lines.texts()]
+        is_text = np.fromiter(map(bool, stripped), dtype=bool, count=len(stripped))
+        texts = [s for s in stripped if s]
         numbers = [first + i for i in np.flatnonzero(is_text)]
         id_lists = [_parse_ids(path, number, text, vocab_size) for number, text in zip(numbers, texts)]
         text_lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
         text_ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32,
                                count=int(text_lengths.sum()))
     if not use_eod:
-        return text_ids, text_lengths, np.ones(len(texts), dtype=bool)
+        return text_ids, text_lengths, np.ones(text_lengths.size, dtype=bool)
     lengths = np.ones(len(lines), dtype=np.int64)  # a blank line is one <eod>
     lengths[is_text] = text_lengths
     ids = np.full(int(lengths.sum()), EOD_ID, dtype=np.int32)
@@ -213,10 +217,11 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
     ids_chunks, flag_chunks, start_chunks = [], [], []
     sent_id = True
     for first, lines, nbytes in _line_blocks(path, stats, strict, allow_binary):
-        long_lines = [i for i, line in enumerate(lines) if len(line) > LONG_LINE_CHARS]
+        long_bytes = np.flatnonzero(np.diff(lines.line_starts) > LONG_LINE_CHARS + 1)  # as many characters at most
+        long_lines = [i for i in long_bytes.tolist() if len(lines.line(i)) > LONG_LINE_CHARS]
         if long_lines and not stats.long_lines:
             log.warning("%s:%d: a line of %d characters (kept; is the file one sentence per line?)",
-                        path, first + long_lines[0], len(lines[long_lines[0]].strip()))
+                        path, first + long_lines[0], len(lines.line(long_lines[0]).strip()))
         stats.long_lines += len(long_lines)
         ids, lengths, is_text = _encode_block(lines, first, path, encoder, from_raw_text=from_raw_text,
                                               uncased=uncased, keep_accents=keep_accents, use_eod=use_eod,

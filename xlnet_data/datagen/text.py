@@ -1,44 +1,13 @@
 """Text to ids: the original's normalisation, SentencePiece encoding and its digit-comma rule."""
 
 import dataclasses
-import functools
 import itertools
-import sys
-import unicodedata
 
 import numpy as np
 
-from xlnet_data.dataformat import vocab
 from xlnet_data.dataformat.vocab import SPIECE_UNDERLINE
-from xlnet_data.datagen import encoder_check
-
-
-def _other_spaces(below):
-    """The characters below code point `below` that str.split() collapses, beyond the single space between
-    words and the line breaks between joined lines (two spaces are checked apart)."""
-    return tuple(c for c in map(chr, range(below)) if c.isspace() and c not in " \n")
-
-
-_ASCII_OTHER_SPACE = _other_spaces(128)
-
-
-@functools.cache
-def _all_other_spaces():
-    """_other_spaces of every code point: 27 characters, 50 ms to list (once, at the first line that is not ASCII)."""
-    return _other_spaces(sys.maxunicode + 1)
-
-
-# The Arabic marks (harakat, Quranic annotation) among those the accent removal drops: optional vowel marks,
-# usually left out of written Arabic, so they are counted apart from the marks that are part of a letter.
-_ARABIC_MARKS = ((0x0610, 0x061A), (0x064B, 0x065F), (0x0670, 0x0670), (0x06D6, 0x06ED), (0x08D3, 0x08FF))
-
-
-@functools.cache
-def _is_arabic_mark():
-    table = np.zeros(sys.maxunicode + 1, dtype=bool)
-    for first, last in _ARABIC_MARKS:
-        table[first:last + 1] = True
-    return table
+from xlnet_data.datagen import encoder_check, preprocess_utf8
+from xlnet_data.datagen.utf8_lines import Utf8Lines
 
 
 @dataclasses.dataclass
@@ -49,94 +18,47 @@ class StrippedMarks:
     letters: int = 0
     arabic: int = 0
 
-    def count(self, code_points, dropped):
-        """Counts the characters of NFKD `code_points` that lose marks, `dropped` the marks: one per run of
-        marks (a run belongs to the character before it), Arabic where the run's first mark is."""
-        starts = np.flatnonzero(dropped[1:] & ~dropped[:-1]) + 1
-        if dropped.size and dropped[0]:
-            starts = np.concatenate(([0], starts))
-        arabic = int(np.count_nonzero(_is_arabic_mark()[code_points[starts]]))
-        self.letters += starts.size - arabic
-        self.arabic += arabic
 
+def preprocess_lines(lines: Utf8Lines, lower, keep_accents=False, stripped: "StrippedMarks | None" = None):
+    """The original's `preprocess_text` of each of `lines`: whitespace collapsed (and stripped), `` and '' to ",
+    NFKD without combining marks (unless `keep_accents`, the original's option of that name), lower-cased if
+    `lower`. The lines as a Utf8Lines, and a bool a line: whether it is text (not blank: a character beyond
+    whitespace). The characters that lose a mark are counted into `stripped`.
 
-def _collapse_whitespace(lines):
-    return [" ".join(line.split()) for line in lines]
-
-
-def _nfkd_without_combining(text, stripped=None):
-    """NFKD, then the combining characters dropped, by a table lookup over the code points in numpy (a
-    per-character str.translate dictionary lookup costs ten times as much); counted into `stripped`."""
-    code_points = np.frombuffer(unicodedata.normalize("NFKD", text).encode("utf-32-le"), dtype=np.uint32)
-    dropped = vocab.is_combining()[code_points]
+    One compiled pass over the lines' UTF-8 (preprocess_utf8) does it all but the lower-casing of what is not
+    ASCII, which str.lower does on those lines alone (its final sigma and dotted I depend on the line)."""
+    tables = preprocess_utf8.tables()
+    for size in (lines.data.size + lines.data.size // 8, tables.growth * lines.data.size):
+        out = np.empty(size + 4 * preprocess_utf8.ROOM, dtype=np.uint8)
+        n, line_starts, is_text, needs_lower, counts = preprocess_utf8.preprocess(
+            lines.data, len(lines), out, tables.flags, tables.ccc, tables.starts, tables.decomposed, keep_accents,
+            lower)
+        if n >= 0:
+            break
     if stripped is not None:
-        stripped.count(code_points, dropped)
-    return code_points[~dropped].tobytes().decode("utf-32-le")
+        stripped.letters += int(counts[0])
+        stripped.arabic += int(counts[1])
+    done = Utf8Lines(out[:n], line_starts)
+    if needs_lower.any():
+        done = _lowered(done, np.flatnonzero(needs_lower))
+    return done, is_text
 
 
-def _doubled(ascii_text):
-    """Counts, by character code, of the characters of an ASCII text that follow themselves. One vectorised
-    pass answers whether "  ", "``" or "''" occur: str searches for two-character strings run at about
-    1 GB/s, and the three of them took 24 ms per 7 MB block, this 6 ms."""
-    codes = np.frombuffer(ascii_text.encode("ascii"), dtype=np.uint8)
-    return np.bincount(codes[1:][codes[1:] == codes[:-1]], minlength=128)
+def _lowered(lines: Utf8Lines, rows):
+    """`lines` with the lines `rows` lower-cased by str.lower, the others as they are."""
+    parts, done = [], 0
+    for i in rows.tolist():
+        parts += [lines.data[done:lines.line_starts[i]].tobytes(), lines.line(i).lower().encode("utf-8", "surrogatepass")]
+        done = lines.line_starts[i + 1] - 1
+    parts.append(lines.data[done:].tobytes())
+    data = np.frombuffer(b"".join(parts), dtype=np.uint8)
+    return Utf8Lines(data, np.concatenate(([0], np.flatnonzero(data == 10) + 1)))
 
 
-def _preprocess_ascii(lines, lower):
-    """preprocess_texts of ASCII lines (blank ones allowed): NFKD and accent removal leave them as they are,
-    and whitespace collapsing and the quote replacements are only needed when the block has what they
-    replace (collapsing never makes or breaks a "``" or "''": the lines are stripped)."""
-    text = "\n".join(lines)
-    doubled = _doubled(text)
-    if doubled[ord(" ")] or any(space in text for space in _ASCII_OTHER_SPACE):
-        text = "\n".join(_collapse_whitespace(lines))
-    if doubled[ord("`")]:
-        text = text.replace("``", '"')
-    if doubled[ord("'")]:
-        text = text.replace("''", '"')
-    return (text.lower() if lower else text).split("\n")
-
-
-def _preprocess_wide(lines, lower, keep_accents, stripped=None):
-    """preprocess_texts of lines that are not ASCII: every step (Unicode whitespace, NBSP, U+2028, ...,
-    only occur in them). Whitespace is collapsed only when the block has any to collapse: splitting and
-    joining every line cost 7 ns a token, a search for each such character 1 ns."""
-    text = "\n".join(lines)
-    if "  " in text or any(space in text for space in _all_other_spaces()):
-        text = "\n".join(_collapse_whitespace(lines))
-    text = text.replace("``", '"').replace("''", '"')
-    if not keep_accents:
-        text = _nfkd_without_combining(text, stripped)
-    return (text.lower() if lower else text).split("\n")
-
-
-def preprocess_texts(lines, lower, keep_accents=False, stripped: "StrippedMarks | None" = None):
-    """The original's `preprocess_text` of many stripped, non-empty lines: whitespace collapsed, `` and ''
-    to ", NFKD without combining marks (unless `keep_accents`, the original's option of that name),
-    lower-cased if `lower`. The characters that lose a mark are counted into `stripped` (ASCII lines have
-    none: they are not looked at).
-
-    The steps run on lines joined by "\n": each acts within a line (NFKD reorders only between starters,
-    and "\n" is one; final-sigma lower-casing stops at it), so the result is line by line's. Most lines
-    of most corpora are ASCII with single spaces, which whitespace collapsing, NFKD and the accent removal
-    leave as they are; and str methods on a string with one non-ASCII character run at their slow,
-    per-character speed over all of it (lower-casing a block with a few accented lines took 8x as long
-    as an ASCII block). So the ASCII lines (str.isascii is a flag lookup) are joined and processed apart
-    from the others, the places of the others left blank, and those filled in from the second batch.
-    """
-    wide = [i for i, line in enumerate(lines) if not line.isascii()]
-    if not wide:
-        return _preprocess_ascii(lines, lower)
-    wide_lines = [lines[i] for i in wide]
-    if len(wide) == len(lines):
-        return _preprocess_wide(wide_lines, lower, keep_accents, stripped)
-    narrow_lines = list(lines)
-    for i in wide:
-        narrow_lines[i] = ""
-    out = _preprocess_ascii(narrow_lines, lower)
-    for i, line in zip(wide, _preprocess_wide(wide_lines, lower, keep_accents, stripped)):
-        out[i] = line
-    return out
+def preprocess_texts(texts, lower, keep_accents=False, stripped: "StrippedMarks | None" = None) -> list:
+    """preprocess_lines of str lines, as str lines ("\\n" in one is whitespace, as for the original)."""
+    texts = [text.replace("\n", " ") for text in texts] if any("\n" in text for text in texts) else texts
+    return preprocess_lines(Utf8Lines.of(texts), lower, keep_accents, stripped)[0].texts()
 
 
 def _split_digit_comma(sp, piece):
@@ -221,7 +143,7 @@ class Encoder:
         return self._splits[piece_id]
 
     def encode_batch(self, texts):
-        """Ids of each text as one flat int32 array, and the number of ids of each text.
+        """Ids of each text (str, or a Utf8Lines) as one flat int32 array, and the number of ids of each text.
 
         Pieces the digit-comma rule applies to are replaced in place by their split, so a line holding
         one costs no more than any other (re-encoding a 50 MB line piece by piece took most of its time).
@@ -246,13 +168,18 @@ class Encoder:
         return self._unigram is not None
 
     def _encode_ids(self, texts):
-        """SentencePiece's ids of `texts`: one flat int32 array, and the number of ids of each text."""
+        """SentencePiece's ids of `texts` (str, or a Utf8Lines): one flat int32 array, and the number of ids of
+        each text."""
         if self._unigram is not None and not self._corpus_checked:
             self._corpus_checked = True
-            if not encoder_check.corpus_agrees(self._unigram, self._sp, texts):
+            first = texts if isinstance(texts, list) else [texts.line(i) for i in range(min(
+                len(texts), encoder_check.CORPUS_CHECK_LINES))]
+            if not encoder_check.corpus_agrees(self._unigram, self._sp, first):
                 self._unigram = None
         if self._unigram is not None:
             return self._unigram.encode_ids(texts)
+        if isinstance(texts, Utf8Lines):
+            texts = texts.texts()
         if self.output == "buffers":  # joined as bytes; a buffer's memoryview counts its int32 items
             buffers = self._buffer_batch(texts, self._num_threads)
             lengths = np.fromiter(map(len, map(memoryview, buffers)), dtype=np.int64, count=len(buffers))

@@ -19,6 +19,7 @@ from xlnet_data.common import compiled
 from xlnet_data.dataformat import spm_model
 from xlnet_data.datagen import spm_normalize, tries
 from xlnet_data.datagen.spm_normalize import one_char_len
+from xlnet_data.datagen.utf8_lines import Utf8Lines
 
 UNK_PENALTY = np.float32(10.0)  # unigram_model.cc's kUnkPenalty
 # sentencepiece 0.2.3 shifts the scores of its frontier once they pass about 1e5 in size, a rule we have not
@@ -179,28 +180,24 @@ class UnigramEncoder:
         self._out = np.empty(1 << 16, dtype=np.int32)
 
     def encode_ids(self, texts):
-        """The ids of each of `texts` (str) as one flat int32 array, and the number of ids of each text."""
-        data = "\n".join(texts).encode("utf-8") + b"\n"
-        ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
-        if ends.size != len(texts):  # a text holds "\n" itself
-            ends = np.cumsum([len(text.encode("utf-8")) + 1 for text in texts], dtype=np.int64)
-        line_starts = np.zeros(len(texts) + 1, dtype=np.int64)
-        line_starts[1:] = ends
+        """The ids of each of `texts` (str, or a Utf8Lines) as one flat int32 array, and the number of ids of
+        each text."""
+        lines = texts if isinstance(texts, Utf8Lines) else Utf8Lines.of(texts)
         out, total, lengths, self._scratch = _encode_lines(
-            np.frombuffer(data, dtype=np.uint8), line_starts, self._slots, self._scores, self._unk_id,
-            self._unk_score, self._norm_tables, self._scratch, self._out)
+            lines.data, lines.line_starts, self._slots, self._scores, self._unk_id, self._unk_score,
+            self._norm_tables, self._scratch, self._out)
         self._out = out
         flat = out[:total].copy()
         left = np.flatnonzero(lengths < 0)
         if left.size:
-            flat, lengths = self._spliced(flat, lengths, left, texts)
+            flat, lengths = self._spliced(flat, lengths, left, lines)
         return flat, lengths
 
-    def _spliced(self, flat, lengths, left, texts):
+    def _spliced(self, flat, lengths, left, lines):
         """`flat` with SentencePiece's ids of the lines `left` put in their places."""
         lengths[left] = 0
-        lines = np.split(flat, np.cumsum(lengths)[:-1])
-        for i, ids in zip(left.tolist(), self._sp.encode([texts[i] for i in left.tolist()], num_threads=1)):
-            lines[i] = np.asarray(ids, dtype=np.int32)
+        parts = np.split(flat, np.cumsum(lengths)[:-1])
+        for i, ids in zip(left.tolist(), self._sp.encode([lines.line(i) for i in left.tolist()], num_threads=1)):
+            parts[i] = np.asarray(ids, dtype=np.int32)
             lengths[i] = len(ids)
-        return np.concatenate(lines), lengths
+        return np.concatenate(parts), lengths

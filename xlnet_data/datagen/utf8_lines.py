@@ -1,0 +1,36 @@
+"""Many lines as one UTF-8 buffer: what create's text step hands the encoder, without a str a line between them."""
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Utf8Lines:
+    """Lines as UTF-8 bytes, each ended by "\\n" (`data`, uint8), and where each starts (`line_starts`:
+    len(lines) + 1 offsets, the last one data.size). Lone surrogates pass as they are ("surrogatepass")."""
+    data: np.ndarray
+    line_starts: np.ndarray
+
+    @classmethod
+    def of(cls, texts) -> "Utf8Lines":
+        """The lines of `texts` (str; a "\\n" inside one stays in its line)."""
+        data = np.frombuffer(("\n".join(texts) + "\n").encode("utf-8", "surrogatepass") if texts else b"",
+                             dtype=np.uint8)
+        ends = np.flatnonzero(data == 10) + 1
+        if ends.size != len(texts):
+            ends = np.cumsum([len(text.encode("utf-8", "surrogatepass")) + 1 for text in texts], dtype=np.int64)
+        return cls(data, np.concatenate(([0], ends)).astype(np.int64))
+
+    def __len__(self):
+        return self.line_starts.size - 1
+
+    def line(self, i) -> str:
+        return self.data[self.line_starts[i]:self.line_starts[i + 1] - 1].tobytes().decode("utf-8", "surrogatepass")
+
+    def texts(self) -> list:
+        """The lines as str."""
+        if not len(self):
+            return []
+        texts = self.data[:-1].tobytes().decode("utf-8", "surrogatepass").split("\n")
+        return texts if len(texts) == len(self) else [self.line(i) for i in range(len(self))]
