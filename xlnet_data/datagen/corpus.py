@@ -121,8 +121,7 @@ def _decode_lines(path, raw_block, stats, strict, allow_binary=False) -> Utf8Lin
         raise InputError(f"{path}:{number}: a NUL byte: {_BINARY_HINT}")
     try:
         stats.chars += len(raw_block.decode("utf-8"))  # for the share of characters that lose a mark
-        data = np.frombuffer(raw_block + b"\n", dtype=np.uint8)
-        lines = Utf8Lines(data, np.concatenate(([0], np.flatnonzero(data == 10) + 1)))
+        lines = Utf8Lines.split(np.frombuffer(raw_block + b"\n", dtype=np.uint8))
         stats.lines += len(lines)
         return lines
     except UnicodeDecodeError:

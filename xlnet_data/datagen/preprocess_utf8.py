@@ -156,8 +156,8 @@ def preprocess(data, n_lines, out, flags, ccc, starts, decomposed, keep_accents,
                           | (data[pos + 3] & 0x3F))
             length = 4
         pos += length
-        if not (held or flags[cp]) and cp != 96 and cp != 39 and cp != 10:  # most characters: as they are
-            if run_ccc:
+        if not (held or flags[cp]) and cp != 96 and cp != 39:  # most characters ("\\n" is a SPACE): as they are
+            if run_ccc:  # a starter closes the run of dropped marks before it: counted (Arabic or not)
                 counts[(flags[run_cp] & ARABIC) >> 2] += 1
                 run_ccc = 0
             if space and started:

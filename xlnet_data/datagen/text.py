@@ -51,8 +51,7 @@ def _lowered(lines: Utf8Lines, rows):
         parts += [lines.data[done:lines.line_starts[i]].tobytes(), lines.line(i).lower().encode("utf-8", "surrogatepass")]
         done = lines.line_starts[i + 1] - 1
     parts.append(lines.data[done:].tobytes())
-    data = np.frombuffer(b"".join(parts), dtype=np.uint8)
-    return Utf8Lines(data, np.concatenate(([0], np.flatnonzero(data == 10) + 1)))
+    return Utf8Lines.split(np.frombuffer(b"".join(parts), dtype=np.uint8))
 
 
 def preprocess_texts(texts, lower, keep_accents=False, stripped: "StrippedMarks | None" = None) -> list:
@@ -172,8 +171,7 @@ class Encoder:
         each text."""
         if self._unigram is not None and not self._corpus_checked:
             self._corpus_checked = True
-            first = texts if isinstance(texts, list) else [texts.line(i) for i in range(min(
-                len(texts), encoder_check.CORPUS_CHECK_LINES))]
+            first = texts.texts(encoder_check.CORPUS_CHECK_LINES) if isinstance(texts, Utf8Lines) else texts
             if not encoder_check.corpus_agrees(self._unigram, self._sp, first):
                 self._unigram = None
         if self._unigram is not None:
