@@ -6,6 +6,7 @@
     sum_in_graph_order     a scoped Grappler setting that makes a CPU step repeat bit for bit
     tensor_float_32        a scoped TF32 setting (--tf32)
     LOST_WORKER_ERRORS, lost_worker_message, check_workers_start_alike    a multi-worker run's failures, in one line
+    meet_at_the_end        a multi-worker run's workers leave together
 """
 
 from __future__ import annotations
@@ -112,6 +113,21 @@ def check_workers_start_alike(strategy: tf.distribute.Strategy, step: int, model
         raise ConfigError(f"the workers start from different steps ({', '.join(map(str, steps))}, replica by replica): "
                           f"--model_dir={model_dir} must be one folder that every worker sees (a shared filesystem, "
                           "or gs://)")
+
+
+def meet_at_the_end(strategy: tf.distribute.Strategy) -> None:
+    """Multi-worker: returns once every worker has finished its steps (and the chief its checkpoint). A collective
+    pulls each peer's part from that peer: a worker that left as soon as it had the others' parts of the last step
+    closed its socket while the chief still pulled its own ('lost worker 1 of the cluster (Socket closed)' after a
+    complete run, seen in CI). Here every worker is done training, so a peer gone during this last exchange only
+    means it left first."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+    try:
+        strategy.gather(strategy.experimental_distribute_values_from_function(
+            lambda _: tf.constant([0], tf.int64)), axis=0).numpy()
+    except LOST_WORKER_ERRORS:
+        pass
 
 
 def batch_iterator(strategy: tf.distribute.Strategy, dataset_fn):

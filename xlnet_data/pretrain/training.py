@@ -36,6 +36,7 @@ from xlnet_data.pretrain.distribution import (
     batch_iterator,
     check_workers_start_alike,
     make_strategy,
+    meet_at_the_end,
     sum_in_graph_order,
     tensor_float_32,
 )
@@ -260,6 +261,8 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, held: contextlib.ExitSta
     if step == first_step and stop.signum is None and damage is None:
         log.info("nothing to do: %s is at step %d, train_steps is %d", cfg.model_dir, step, cfg.train_steps)
     writer.flush()
+    if step == end and damage is None:
+        meet_at_the_end(strategy)
     if damage is not None:
         kept = f"; {saved} holds the steps before it" if saved else ""
         raise DamagedRecordsError(f"{damage} (training stopped at step {step}{kept})")
