@@ -15,7 +15,7 @@ import pytest
 import sentencepiece as spm
 from conftest import SAMPLE_CORPUS, SHARED, XLNET_SPM, needs_shared, read_save_dir
 
-from xlnet_data.datagen import encoder_check, tokenizer
+from xlnet_data.datagen import encoder_check, tokenizer, unigram
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.job import create_records
 from xlnet_data.datagen.text import Encoder, preprocess_texts
@@ -125,6 +125,23 @@ def test_a_long_line_goes_to_sentencepiece_whatever_the_scratch_held():
     norm, best_score, *rest = encoder._scratch
     encoder._scratch = (norm, np.full(4 * len(text.encode()), np.nan, dtype=np.float32), *rest)
     assert encoder.encode_ids([text])[0].tolist() == sp.encode(text)
+
+
+@needs_shared
+def test_runs_of_characters_no_piece_holds_at_every_length():
+    """Chinese to XLNet's English model: no piece holds its characters, so _viterbi sums a run's unknowns in
+    one loop and writes only its end. Runs of every length from 1 to past LARGEST_SCORE's (then the line is
+    SentencePiece's), alone, between pieces and after an unknown of another kind (an emoji: merged with it);
+    2-byte characters too (Armenian, in no XLNet piece)."""
+    data = model_bytes(XLNET_SPM)
+    encoder, sp = UnigramEncoder(data), spm.SentencePieceProcessor(model_proto=data)
+    assert encoder._pieceless[ord("中")] and encoder._pieceless[ord("Ճ")] and not encoder._pieceless[ord("ø")]
+    unk_run = int(unigram.LARGEST_SCORE / -float(encoder._unk_score))  # the run whose score passes it
+    patterns = ("{run}", "a{run}", "{run}b", "x {run}, y", "{run}。{run}", "{run}ø{run}", "{run}£", "😀{run}",
+                "{run}😀{run}")
+    texts = [pattern.format(run="中文" * (n // 2) + "Ճ" * (n % 2)) for n in [*range(1, 40), unk_run - 2, unk_run + 2]
+             for pattern in patterns]
+    assert not differences(encoder, sp, texts)
 
 
 def test_probe_lines_on_every_model(sample_spm, multiscript_spm):

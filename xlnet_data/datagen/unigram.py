@@ -8,7 +8,8 @@ order of comparisons, so that ties are broken alike:
 - a candidate replaces the best path ending where it ends only when its score is strictly greater;
 - a piece's score is its float32 score, a user-defined symbol's 0.1 * (its UTF-8 length - 1), an unknown's
   the lowest score of a normal piece - 10; the path's score is their float32 sum;
-- consecutive unknown pieces become one <unk>.
+- consecutive unknown pieces become one <unk>; a run of characters that occur in no piece (Chinese to XLNet's
+  English model) can only be such unknowns, so its scores are summed in one loop and only its end is written.
 Models with a feature this does not reproduce (unigram_unsupported says which) are left to SentencePiece.
 A batch of lines is one call into compiled code, with scratch arrays kept from call to call.
 """
@@ -28,21 +29,48 @@ LARGEST_SCORE = 5e4
 USER_DEFINED_BONUS = 0.1  # a user-defined symbol's score per UTF-8 byte after its first
 
 
-@compiled.jit()
-def _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, best_score, best_start, best_id):
+@compiled.jit(inline="always")
+def _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, pieceless, best_score, best_start, best_id):
     """The best path over norm[begin:begin + size] into best_*[0:size + 1] (each end's last piece, its start, the score);
     returns the largest size of a score written (ends inside a character keep the scratch's old values)."""
     # Indices are cast to np.uint64 where the loops read and write: numba fixes up a negative signed index on
     # every access, and without it the walk runs 1.1x as fast on English (the casts cost nothing).
     largest = np.float32(0)
-    for i in range(size + 1):
-        best_start[i] = -1
+    best_start[:size + 1] = -1
     best_score[0] = 0
     root_base = tries.slot_base(slots[0])
     start = 0
     while start < size:
         here = np.uint64(start)
         till_here = best_score[here]
+        # A run of characters of 2 or 3 bytes that occur in no piece (Chinese to XLNet's English model): no
+        # piece starts, ends or passes inside it, so the only path through it is its unknowns, one a character,
+        # merged into one <unk>. Their scores are summed here in order (float32, as one end at a time would)
+        # and only the run's end is written.
+        candidate, at, stop = till_here, np.uint64(begin) + here, np.uint64(begin + size)
+        while at < stop:
+            lead = np.int64(norm[at])
+            if 0xE0 <= lead < 0xF0 and at + np.uint64(3) <= stop:
+                code = ((lead & 0x0F) << 12) | ((np.int64(norm[at + np.uint64(1)]) & 0x3F) << 6) | (
+                    norm[at + np.uint64(2)] & 0x3F)
+                length = np.uint64(3)
+            elif 0xC2 <= lead < 0xE0 and at + np.uint64(2) <= stop:
+                code = ((lead & 0x1F) << 6) | (np.int64(norm[at + np.uint64(1)]) & 0x3F)
+                length = np.uint64(2)
+            else:
+                break
+            if not pieceless[code]:
+                break
+            candidate += unk_score
+            largest = max(largest, abs(candidate))
+            at += length
+        at -= np.uint64(begin)
+        if at != here:
+            merged = start > 0 and best_id[here] == unk_id
+            best_score[at], best_start[at] = candidate, best_start[here] if merged else start
+            best_id[at] = unk_id
+            start = np.int64(at)
+            continue
         char_len = min(one_char_len(norm[np.uint64(begin + start)]), size - start)
         has_single = False
         node, base = 0, root_base
@@ -77,7 +105,7 @@ def _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, best_score, be
     return largest
 
 
-@compiled.jit()
+@compiled.jit(inline="always")
 def _backtrack(size, best_start, best_id, path, out, at):
     """The best path's ids written at out[at:] (its consecutive unknowns merged by _viterbi); returns their
     number."""
@@ -92,7 +120,7 @@ def _backtrack(size, best_start, best_id, path, out, at):
 
 
 @compiled.jit()
-def _encode_lines(data, line_starts, slots, scores, unk_id, unk_score, norm_tables, scratch, out):
+def _encode_lines(data, line_starts, slots, scores, unk_id, unk_score, pieceless, norm_tables, scratch, out):
     """Ids of the lines data[line_starts[i]:line_starts[i + 1] - 1] (each followed by one separator byte):
     (ids in `out`, grown as needed; the number of ids of each line, -1 for a line left to SentencePiece
     (LARGEST_SCORE); the scratch arrays, grown)."""
@@ -122,7 +150,8 @@ def _encode_lines(data, line_starts, slots, scores, unk_id, unk_score, norm_tabl
     total = begin = 0
     for line in range(num_lines):
         size = norm_ends[line] - begin
-        largest = _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, best_score, best_start, best_id)
+        largest = _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, pieceless, best_score, best_start,
+                           best_id)
         begin = norm_ends[line]
         if largest > LARGEST_SCORE:
             lengths[line] = -1
@@ -167,6 +196,9 @@ class UnigramEncoder:
             if kind == spm_model.UNKNOWN:
                 self._unk_id = i
         self._slots = tries.build_double_array(keys, ids)
+        self._pieceless = np.ones(0x10000, dtype=np.bool_)  # the characters of 2 or 3 bytes that occur in no piece
+        self._pieceless[:0x80] = False
+        self._pieceless[[ord(c) for c in set("".join(key.decode("utf-8") for key in keys)) if ord(c) < 0x10000]] = False
         self._scores = scores
         min_score = min(np.float32(score) for _, score, kind in model.pieces if kind == spm_model.NORMAL)
         self._unk_score = np.float32(min_score - UNK_PENALTY)
@@ -184,7 +216,7 @@ class UnigramEncoder:
         each text."""
         lines = texts if isinstance(texts, Utf8Lines) else Utf8Lines.of(texts)
         out, total, lengths, self._scratch = _encode_lines(
-            lines.data, lines.line_starts, self._slots, self._scores, self._unk_id, self._unk_score,
+            lines.data, lines.line_starts, self._slots, self._scores, self._unk_id, self._unk_score, self._pieceless,
             self._norm_tables, self._scratch, self._out)
         self._out = out
         flat = out[:total].copy()
