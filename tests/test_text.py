@@ -113,6 +113,34 @@ def test_the_text_step_tells_blank_lines_from_text_as_strip_does():
     assert normalised.texts() == [original_preprocess(line, False) for line in lines] == ["", "", "", "a", "", '"']
 
 
+def test_the_compiled_utf8_check_agrees_with_pythons_decoder_on_random_bytes():
+    """create checks each block with Utf8Lines.checked, not bytes.decode: the same verdict (overlong forms,
+    surrogates, past U+10FFFF, cut sequences, stray continuation bytes), the same character count, the same
+    lines. The alphabet holds every boundary of the second byte's range and every byte from 0x80."""
+    rng = np.random.default_rng(3)
+    alphabet = [b"a", b"\n", b"\xc2\x80", b"\xdf\xbf", b"\xe0\xa0\x80", b"\xe4\xb8\xad", b"\xed\x9f\xbf", b"\xed\xa0\x80",
+                b"\xef\xbf\xbf", b"\xf0\x90\x80\x80", b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80",
+                *(bytes([b]) for b in range(0x80, 0x100))]
+    verdicts = set()
+    for _ in range(20000):
+        raw = b"".join(alphabet[i] for i in rng.integers(0, len(alphabet), rng.integers(0, 7))) + b"\n"
+        data = np.frombuffer(raw, dtype=np.uint8)
+        checked = Utf8Lines.checked(data)
+        try:
+            decoded = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            assert checked is None, raw
+            verdicts.add(False)
+            continue
+        assert checked is not None, raw
+        lines, chars = checked
+        assert chars == len(decoded) and lines.line_starts.tolist() == Utf8Lines.split(data).line_starts.tolist()
+        verdicts.add(True)
+    assert verdicts == {True, False}
+    chinese = "中文的一句話。\n".encode() * 50  # the three-byte run's own loop
+    assert Utf8Lines.checked(np.frombuffer(chinese, dtype=np.uint8))[1] == len(chinese.decode())
+
+
 @pytest.fixture(scope="module")
 def sp():
     if not XLNET_SPM.exists():

@@ -93,7 +93,7 @@ def _line_blocks(path, stats, strict, allow_binary=False):
                 pending.append(block)
                 continue
             first = stats.lines + 1
-            lines = _decode_lines(path, b"".join([*pending, block[:cut - 1]]), stats, strict, allow_binary)
+            lines = _decode_lines(path, b"".join([*pending, memoryview(block)[:cut]]), stats, strict, allow_binary)
             pending = [block[cut:]]
             done, position = position, raw.tell()
             yield first, lines, position - done
@@ -111,21 +111,23 @@ def line_blocks(path, allow_binary=False):
 
 
 def _decode_lines(path, raw_block, stats, strict, allow_binary=False) -> Utf8Lines:
-    """The lines of a block (without its last line break), checked as UTF-8. Every carriage return byte is
-    dropped, as tf.gfile's ReadLine drops it: CR LF ends a line like LF, and a CR inside a line joins what is
-    either side of it."""
+    """The lines of a block (up to its last line break, which the last block of a file may lack), checked as
+    UTF-8. Every carriage return byte is dropped, as tf.gfile's ReadLine drops it: CR LF ends a line like LF,
+    and a CR inside a line joins what is either side of it."""
     first_line = stats.lines + 1
     raw_block = raw_block.replace(b"\r", b"")
+    if not raw_block.endswith(b"\n"):
+        raw_block += b"\n"
     if not allow_binary and b"\0" in raw_block:
         number = first_line + raw_block.count(b"\n", 0, raw_block.index(b"\0"))
         raise InputError(f"{path}:{number}: a NUL byte: {_BINARY_HINT}")
-    try:
-        stats.chars += len(raw_block.decode("utf-8"))  # for the share of characters that lose a mark
-        lines = Utf8Lines.split(np.frombuffer(raw_block + b"\n", dtype=np.uint8))
+    checked = Utf8Lines.checked(np.frombuffer(raw_block, dtype=np.uint8))
+    if checked is not None:
+        lines, chars = checked
+        stats.chars += chars - 1  # for the share of characters that lose a mark; the last line break not counted
         stats.lines += len(lines)
         return lines
-    except UnicodeDecodeError:
-        pass
+    raw_block = raw_block[:-1]
     raw_lines = raw_block.split(b"\n")
     lines = []
     for number, raw in enumerate(raw_lines, first_line):
