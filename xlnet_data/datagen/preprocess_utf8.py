@@ -139,10 +139,12 @@ def preprocess(data, n_lines, out, flags, ccc, starts, decomposed, keep_accents,
                 out[n] = 32
                 n += 1
             space, started = False, True
-            while pos < data.size and plain_ascii[data[pos]]:
-                out[n] = plain_ascii[data[pos]]
-                n += 1
-                pos += 1
+            p, q, size = np.uint64(pos), np.uint64(n), np.uint64(data.size)
+            while p < size and plain_ascii[data[p]]:
+                out[q] = plain_ascii[data[p]]
+                p += np.uint64(1)
+                q += np.uint64(1)
+            pos, n = np.int64(p), np.int64(q)
             continue
         if lead < 0x80:
             cp, length = np.int64(lead), 1
@@ -165,13 +167,17 @@ def preprocess(data, n_lines, out, flags, ccc, starts, decomposed, keep_accents,
                 n += 1
             n = _put(out, n, cp, lower)
             space, started = False, True
-            while length == 3 and pos + 2 < data.size and 0xE0 <= data[pos] < 0xF0:  # a run of such (CJK, Thai)
-                cp = ((data[pos] & 0x0F) << 12) | ((data[pos + 1] & 0x3F) << 6) | (data[pos + 2] & 0x3F)
-                if flags[cp]:
-                    break
-                out[n], out[n + 1], out[n + 2] = data[pos], data[pos + 1], data[pos + 2]
-                n += 3
-                pos += 3
+            if length == 3:  # a run of such (CJK, Thai), with unsigned indices (numba fixes up a negative signed
+                # one at every access)
+                p, q, size = np.uint64(pos), np.uint64(n), np.uint64(data.size)
+                while p + np.uint64(2) < size:
+                    b0, b1, b2 = data[p], data[p + np.uint64(1)], data[p + np.uint64(2)]
+                    if b0 >> 4 != 0xE or flags[((np.int64(b0) & 0x0F) << 12) | ((b1 & 0x3F) << 6) | (b2 & 0x3F)]:
+                        break
+                    out[q], out[q + np.uint64(1)], out[q + np.uint64(2)] = b0, b1, b2
+                    p += np.uint64(3)
+                    q += np.uint64(3)
+                pos, n = np.int64(p), np.int64(q)
             continue
         # The characters up to here wrote no more than they took (the fast path copies); this one may.
         if out.size - n < data.size - pos + 2 * ROOM:
