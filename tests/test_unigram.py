@@ -20,6 +20,7 @@ from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.job import create_records
 from xlnet_data.datagen.text import Encoder, preprocess_texts
 from xlnet_data.datagen.unigram import UnigramEncoder
+from xlnet_data.datagen.utf8_lines import Utf8Lines
 
 SEED = int(os.environ.get("UNIGRAM_SEED") or random.SystemRandom().randrange(10**6))
 NUM_LINES = int(os.environ.get("UNIGRAM_LINES", "1500"))
@@ -141,6 +142,21 @@ def test_runs_of_characters_no_piece_holds_at_every_length():
                 "{run}😀{run}")
     texts = [pattern.format(run="中文" * (n // 2) + "Ճ" * (n % 2)) for n in [*range(1, 40), unk_run - 2, unk_run + 2]
              for pattern in patterns]
+    assert not differences(encoder, sp, texts)
+
+
+def test_str_lines_in_batches_give_the_ids_of_one_call(sample_spm, monkeypatch):
+    """Many str lines are encoded STR_BATCH at a time: the ids and lengths are those of one call, a line left
+    to SentencePiece (past LARGEST_SCORE) and blank lines included."""
+    data = model_bytes(sample_spm)
+    encoder, sp = UnigramEncoder(data), spm.SentencePieceProcessor(model_proto=data)
+    rng = random.Random(SEED)
+    texts = [random_text(rng) for _ in range(60)] + ["", "ulyulyu " * 3000, "x"]
+    rng.shuffle(texts)
+    whole = encoder.encode_ids(Utf8Lines.of(texts))
+    monkeypatch.setattr(unigram, "STR_BATCH", 7)
+    batched = encoder.encode_ids(texts)
+    assert [a.tolist() for a in batched] == [a.tolist() for a in whole]
     assert not differences(encoder, sp, texts)
 
 

@@ -22,8 +22,8 @@ class Utf8Lines:
     @classmethod
     def of(cls, texts) -> "Utf8Lines":
         """The lines of `texts` (str; a "\\n" inside one stays in its line)."""
-        data = np.frombuffer(("\n".join(texts) + "\n").encode("utf-8", "surrogatepass") if texts else b"",
-                             dtype=np.uint8)
+        data = np.frombuffer("\n".join([*texts, ""]).encode("utf-8", "surrogatepass") if texts else b"",
+                             dtype=np.uint8)  # [*texts, ""]: the last line break without a copy of the whole
         lines = cls.split(data)
         if len(lines) == len(texts):
             return lines
