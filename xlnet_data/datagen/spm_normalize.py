@@ -45,7 +45,7 @@ def one_char_len(lead):
     return 1 if high < 12 else 2 if high < 14 else 3 if high == 14 else 4
 
 
-@compiled.jit()
+@compiled.jit(inline="always")
 def _prefix(data, pos, end, units, replacements, replacement_lengths, ud_slots, ud_first):
     """SentencePiece's NormalizePrefix at data[pos:end]: (from the table?, offset, length, consumed): the
     replacement is replacements[offset:offset + length] from the table, else data[offset:offset + length]."""
