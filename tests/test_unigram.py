@@ -15,7 +15,8 @@ import pytest
 import sentencepiece as spm
 from conftest import SAMPLE_CORPUS, SHARED, XLNET_SPM, needs_shared, read_save_dir
 
-from xlnet_data.datagen import encoder_check, tokenizer, unigram
+from xlnet_data.dataformat import spm_model
+from xlnet_data.datagen import encoder_check, spm_normalize, tokenizer, unigram
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.job import create_records
 from xlnet_data.datagen.text import Encoder, preprocess_texts
@@ -143,6 +144,28 @@ def test_runs_of_characters_no_piece_holds_at_every_length():
     texts = [pattern.format(run="中文" * (n // 2) + "Ճ" * (n % 2)) for n in [*range(1, 40), unk_run - 2, unk_run + 2]
              for pattern in patterns]
     assert not differences(encoder, sp, texts)
+
+
+@needs_shared
+def test_every_character_that_begins_a_charsmap_entry_is_normalised_as_sentencepiece_does():
+    """A character of 2 or 3 bytes that begins an entry of the model's charsmap (2,563 in XLNet's: kana that take
+    a voicing mark, letters with combining marks, compatibility forms) has the search go on from its cached node:
+    each such character alone, before each mark that could compose with it, before a plain character and a
+    space, at a line's end, and twice, normalised as SentencePiece's own normaliser does."""
+    data = model_bytes(XLNET_SPM)
+    encoder, sp = UnigramEncoder(data), spm.SentencePieceProcessor(model_proto=data)
+    tables = encoder._norm_tables
+    starters = [chr(c) for c in np.flatnonzero(spm_normalize.normalizer_tables(
+        spm_model.read_model_proto(data)).char_nodes >= 0)]
+    assert len(starters) > 1000 and "か" in starters and "и" in starters
+    marks = ["\u3099", "\u309a", "\u309b", "\u309c", "\uff9e", "\uff9f", "\u0300", "\u0301", "\u0302", "\u0303",
+             "\u0306", "\u0308", "\u030a", "\u030c", "\u0327", "\u0328", "\u093c", "中", " x", ""]
+    texts = [c + m for c in starters for m in marks] + [c * 2 for c in starters]
+    lines = Utf8Lines.of(texts)
+    out, ends = np.empty(8 * lines.data.size + 16, dtype=np.uint8), np.empty(len(texts), dtype=np.int64)
+    assert spm_normalize.normalize_lines(lines.data, lines.line_starts, 0, out, ends, *tables) == len(texts)
+    ours = [out[begin:end].tobytes().decode("utf-8") for begin, end in zip([0, *ends[:-1]], ends)]
+    assert [(t, a) for t, a, b in zip(texts, ours, map(sp.normalize, texts)) if a != b] == []
 
 
 def test_str_lines_in_batches_give_the_ids_of_one_call(sample_spm, monkeypatch):

@@ -177,20 +177,32 @@ def longest_key(slots, data, pos, end):
 # Darts-clone's unit: has_leaf bit 8, value the low 31 bits, label the low byte and bit 31, offset bits 10+
 # shifted by 8 where bit 9 is set.
 @compiled.jit(inline="always")
+def darts_root(units):
+    """The node a walk of SentencePiece's Darts double array `units` (uint32) starts from."""
+    unit = np.int64(units[0])
+    return (unit >> 10) << ((unit & 512) >> 6)
+
+
+@compiled.jit(inline="always")
+def darts_walk(units, node, data, pos, i, end, best_length, best_value):
+    """The walk of darts_longest over data[pos:end], taken on at byte i from `node` with the longest key found
+    before i: (length, value, walked, the node reached: where the walk goes on from when walked == end - pos)."""
+    for j in range(i, end):
+        c = np.int64(data[j])
+        node ^= c
+        unit = np.int64(units[node])
+        if (unit & 0x800000FF) != c:
+            return best_length, best_value, j - pos, node
+        node ^= (unit >> 10) << ((unit & 512) >> 6)
+        if (unit >> 8) & 1:
+            best_length, best_value = j - pos + 1, np.int64(units[node]) & 0x7FFFFFFF
+    return best_length, best_value, end - pos, node
+
+
+@compiled.jit(inline="always")
 def darts_longest(units, data, pos, end):
     """(length, value, walked) of the longest key of SentencePiece's Darts double array `units` (uint32) that
     data[pos:end] starts with, as its commonPrefixSearch finds them ((0, 0) for none), and how many bytes of
     data[pos:end] lead somewhere in it."""
-    unit = np.int64(units[0])
-    node = (unit >> 10) << ((unit & 512) >> 6)
-    best_length, best_value = 0, 0
-    for i in range(pos, end):
-        c = np.int64(data[i])
-        node ^= c
-        unit = np.int64(units[node])
-        if (unit & 0x800000FF) != c:
-            return best_length, best_value, i - pos
-        node ^= (unit >> 10) << ((unit & 512) >> 6)
-        if (unit >> 8) & 1:
-            best_length, best_value = i - pos + 1, np.int64(units[node]) & 0x7FFFFFFF
-    return best_length, best_value, end - pos
+    length, value, walked, _ = darts_walk(units, darts_root(units), data, pos, pos, end, 0, 0)
+    return length, value, walked

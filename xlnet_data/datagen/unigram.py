@@ -14,6 +14,8 @@ Models with a feature this does not reproduce (unigram_unsupported says which) a
 A batch of lines is one call into compiled code, with scratch arrays kept from call to call.
 """
 
+import dataclasses
+
 import numpy as np
 
 from xlnet_data.common import compiled
@@ -128,8 +130,8 @@ def _encode_lines(data, line_starts, slots, scores, unk_id, unk_score, pieceless
     """Ids of the lines data[line_starts[i]:line_starts[i + 1] - 1] (each followed by one separator byte):
     (ids in `out`, grown as needed; the number of ids of each line, -1 for a line left to SentencePiece
     (LARGEST_SCORE); the scratch arrays, grown)."""
-    units, replacements, replacement_lengths, ud_slots, ud_first, ascii_fast, ascii_from, ascii_length, plain, flags = \
-        norm_tables
+    (units, replacements, replacement_lengths, ud_slots, ud_first, ascii_fast, ascii_from, ascii_length, plain,
+     char_nodes, char_matches, flags) = norm_tables
     norm, best_score, best_start, best_id, path = scratch
     num_lines = line_starts.shape[0] - 1
     # All the lines normalised in one call (normalize_lines says why), one after another in `norm`; then each
@@ -139,7 +141,7 @@ def _encode_lines(data, line_starts, slots, scores, unk_id, unk_score, pieceless
     while True:
         done = spm_normalize.normalize_lines(data, line_starts, done, norm, norm_ends, units, replacements,
                                              replacement_lengths, ud_slots, ud_first, ascii_fast, ascii_from,
-                                             ascii_length, plain, flags)
+                                             ascii_length, plain, char_nodes, char_matches, flags)
         if done == num_lines:
             break
         norm = tries.grown(norm, 2 * norm.shape[0] + 3 * (line_starts[done + 1] - line_starts[done]), 0)
@@ -207,9 +209,7 @@ class UnigramEncoder:
         min_score = min(np.float32(score) for _, score, kind in model.pieces if kind == spm_model.NORMAL)
         self._unk_score = np.float32(min_score - UNK_PENALTY)
         tables = spm_normalize.normalizer_tables(model)
-        self._norm_tables = (tables.units, tables.replacements, tables.replacement_lengths, tables.ud_slots,
-                             tables.ud_first, tables.ascii_fast, tables.ascii_from, tables.ascii_length,
-                             tables.plain, tables.flags)
+        self._norm_tables = tuple(getattr(tables, field.name) for field in dataclasses.fields(tables))
         self._scratch = (np.empty(4096, dtype=np.uint8), np.empty(4096, dtype=np.float32),
                          np.empty(4096, dtype=np.int32), np.empty(4096, dtype=np.int32),
                          np.empty(4096, dtype=np.int32))
