@@ -147,7 +147,7 @@ def train_gpu_worker(args):
     the start of the loop is not timed)."""
     import logging
 
-    from xlnet_data import train_gpu
+    from xlnet_data import cli, train_gpu
     readings = []
 
     class StepClock(logging.Handler):
@@ -163,8 +163,8 @@ def train_gpu_worker(args):
                 *[f"--{key}={value}" for key, value in flags.items()], f"--jit_compile={args.jit_compile}",
                 f"--train_steps={args.warmup + args.steps + 1}", "--iterations=1", f"--save_steps={10 ** 9}",
                 "--max_save=1", *args.extra]
-    try:
-        train_gpu.run()
+    try:  # train_gpu.run() as the CLI runs it, but for its os._exit at the end: this process goes on to report
+        cli.run(train_gpu.main, "train", train_gpu.__doc__, train_gpu.define_flags)
     except SystemExit as stop:
         if stop.code:
             raise
