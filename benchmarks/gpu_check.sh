@@ -7,6 +7,9 @@
 #   3. the step's MFU at XLNet-Base with bfloat16 and XLA.
 # Each step has its own time limit (at most 200 + 10 x 60 + 2 x 120 s; on an H100-class GPU about 8 minutes
 # expected, not measured: no GPU was at hand).
+# It needs TensorFlow with its CUDA 12 libraries on that machine. The H200 lent on 2026-12-04 had none: its image
+# holds PyTorch, JAX and CUDA 13 only (no libcudart.so.12), and TensorFlow alone (its CPU wheel is 261 MiB, 1.3 GB
+# installed) is far past what a call can carry there (64 MiB), so these checks did not run.
 #   bash benchmarks/gpu_check.sh [output folder, default gpu_check_out]
 set -u
 cd "$(dirname "$0")/.."
