@@ -272,8 +272,12 @@ def _character_tables(units, ud_first):
 def _charsmap_arrays(charsmap: bytes):
     """(Darts units, replacement strings, each offset's string length) of a precompiled charsmap: a uint32
     size of the units, the units, then the strings (normalizer.cc's DecodePrecompiledCharsMap)."""
-    if not charsmap:
-        return np.zeros(1, dtype=np.uint32), np.zeros(1, dtype=np.uint8), np.zeros(1, dtype=np.int64)
+    if not charsmap:  # (the identity rule) a table in which no byte leads anywhere: a walk reads units[byte], so
+        # it has 256 units (one unit, as it was, was read far past its end); the root's offset 0, every other
+        # unit's label bit 31, which no byte matches
+        units = np.full(256, 1 << 31, dtype=np.uint32)
+        units[0] = 0
+        return units, np.zeros(1, dtype=np.uint8), np.zeros(1, dtype=np.int64)
     size = int(np.frombuffer(charsmap[:4], dtype="<u4")[0])
     units = np.frombuffer(charsmap[4:4 + size], dtype="<u4").astype(np.uint32)
     replacements = np.frombuffer(charsmap[4 + size:] + b"\0", dtype=np.uint8).copy()
