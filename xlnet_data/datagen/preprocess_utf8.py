@@ -22,6 +22,7 @@ import unicodedata
 import numpy as np
 
 from xlnet_data.common import compiled, fileio
+from xlnet_data.datagen.utf8_lines import code_point_2, code_point_3
 
 SPACE = 1  # str.isspace(): what str.split() collapses
 CHANGED = 2  # its NFKD is not itself, or it is a mark: the table gives what it becomes
@@ -149,9 +150,9 @@ def preprocess(data, n_lines, out, flags, ccc, starts, decomposed, keep_accents,
         if lead < 0x80:
             cp, length = np.int64(lead), 1
         elif lead < 0xE0:
-            cp, length = np.int64(((lead & 0x1F) << 6) | (data[pos + 1] & 0x3F)), 2
+            cp, length = code_point_2(lead, data[pos + 1]), 2
         elif lead < 0xF0:
-            cp = np.int64(((lead & 0x0F) << 12) | ((data[pos + 1] & 0x3F) << 6) | (data[pos + 2] & 0x3F))
+            cp = code_point_3(lead, data[pos + 1], data[pos + 2])
             length = 3
         else:
             cp = np.int64(((lead & 0x07) << 18) | ((data[pos + 1] & 0x3F) << 12) | ((data[pos + 2] & 0x3F) << 6)
@@ -172,7 +173,7 @@ def preprocess(data, n_lines, out, flags, ccc, starts, decomposed, keep_accents,
                 p, q, size = np.uint64(pos), np.uint64(n), np.uint64(data.size)
                 while p + np.uint64(2) < size:
                     b0, b1, b2 = data[p], data[p + np.uint64(1)], data[p + np.uint64(2)]
-                    if b0 >> 4 != 0xE or flags[((np.int64(b0) & 0x0F) << 12) | ((b1 & 0x3F) << 6) | (b2 & 0x3F)]:
+                    if b0 >> 4 != 0xE or flags[code_point_3(b0, b1, b2)]:
                         break
                     out[q], out[q + np.uint64(1)], out[q + np.uint64(2)] = b0, b1, b2
                     p += np.uint64(3)

@@ -18,6 +18,7 @@ import numpy as np
 from xlnet_data.common import compiled
 from xlnet_data.dataformat.spm_model import USER_DEFINED
 from xlnet_data.datagen import tries
+from xlnet_data.datagen.utf8_lines import code_point_2, code_point_3
 
 SPACE = 0x20  # U+2581, SentencePiece's escaped space, is E2 96 81 in UTF-8
 
@@ -111,9 +112,9 @@ def _copied_not_space(data, pos, end, ascii_fast, ascii_from, plain):
         fast = ascii_fast[byte] == 2 or (ascii_fast[byte] == 1 and (pos + 1 == end or data[pos + 1] < 0x80))
         return fast and ascii_from[byte] < 0 and byte != SPACE
     if 0xE0 <= byte < 0xF0 and pos + 3 <= end:
-        return plain[((np.int64(byte) & 0x0F) << 12) | ((data[pos + 1] & 0x3F) << 6) | (data[pos + 2] & 0x3F)]
+        return plain[code_point_3(byte, data[pos + 1], data[pos + 2])]
     if 0xC2 <= byte < 0xE0 and pos + 2 <= end:
-        return plain[((np.int64(byte) & 0x1F) << 6) | (data[pos + 1] & 0x3F)]
+        return plain[code_point_2(byte, data[pos + 1])]
     return False
 
 
@@ -177,7 +178,7 @@ def normalize_lines(data, line_starts, first, out, ends, units, replacements, re
                 p, q, stop = np.uint64(pos), np.uint64(n), np.uint64(end)
                 while p + np.uint64(3) <= stop:
                     b0, b1, b2 = data[p], data[p + np.uint64(1)], data[p + np.uint64(2)]
-                    if b0 >> 4 != 0xE or not plain[((np.int64(b0) & 0x0F) << 12) | ((b1 & 0x3F) << 6) | (b2 & 0x3F)]:
+                    if b0 >> 4 != 0xE or not plain[code_point_3(b0, b1, b2)]:
                         break
                     out[q], out[q + np.uint64(1)], out[q + np.uint64(2)] = b0, b1, b2
                     p += np.uint64(3)
@@ -190,8 +191,8 @@ def normalize_lines(data, line_starts, first, out, ends, units, replacements, re
                 two = byte < 0xE0
                 size_of = 2 if two else 3
                 if pos + size_of <= end:
-                    code = (((np.int64(byte) & 0x1F) << 6) | (data[pos + 1] & 0x3F) if two else
-                            ((np.int64(byte) & 0x0F) << 12) | ((data[pos + 1] & 0x3F) << 6) | (data[pos + 2] & 0x3F))
+                    code = (code_point_2(byte, data[pos + 1]) if two else
+                            code_point_3(byte, data[pos + 1], data[pos + 2]))
                     if plain[code]:
                         if n + 3 > size:
                             return line

@@ -22,7 +22,7 @@ from xlnet_data.common import compiled
 from xlnet_data.dataformat import spm_model
 from xlnet_data.datagen import spm_normalize, tries
 from xlnet_data.datagen.spm_normalize import one_char_len
-from xlnet_data.datagen.utf8_lines import Utf8Lines
+from xlnet_data.datagen.utf8_lines import Utf8Lines, code_point_2, code_point_3
 
 UNK_PENALTY = np.float32(10.0)  # unigram_model.cc's kUnkPenalty
 # sentencepiece 0.2.3 shifts the scores of its frontier once they pass about 1e5 in size, a rule we have not
@@ -57,11 +57,10 @@ def _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, pieceless, bes
         while at < stop:
             lead = np.int64(norm[at])
             if 0xE0 <= lead < 0xF0 and at + np.uint64(3) <= stop:
-                code = ((lead & 0x0F) << 12) | ((np.int64(norm[at + np.uint64(1)]) & 0x3F) << 6) | (
-                    norm[at + np.uint64(2)] & 0x3F)
+                code = code_point_3(lead, norm[at + np.uint64(1)], norm[at + np.uint64(2)])
                 length = np.uint64(3)
             elif 0xC2 <= lead < 0xE0 and at + np.uint64(2) <= stop:
-                code = ((lead & 0x1F) << 6) | (np.int64(norm[at + np.uint64(1)]) & 0x3F)
+                code = code_point_2(lead, norm[at + np.uint64(1)])
                 length = np.uint64(2)
             else:
                 break

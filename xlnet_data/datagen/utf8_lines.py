@@ -56,6 +56,18 @@ class Utf8Lines:
         return texts if len(texts) == len(self) else [self.line(i) for i in range(len(self))]
 
 
+@compiled.jit(inline="always")
+def code_point_2(lead, second):
+    """The code point of a sequence of two UTF-8 bytes (not checked)."""
+    return ((np.int64(lead) & 0x1F) << 6) | (np.int64(second) & 0x3F)
+
+
+@compiled.jit(inline="always")
+def code_point_3(lead, second, third):
+    """The code point of a sequence of three UTF-8 bytes (not checked)."""
+    return ((np.int64(lead) & 0x0F) << 12) | ((np.int64(second) & 0x3F) << 6) | (np.int64(third) & 0x3F)
+
+
 @compiled.jit()
 def _check_utf8(data, line_breaks):
     """(line starts, characters) of `data`, which has `line_breaks` "\\n"s; characters -1 at the first sequence
