@@ -680,3 +680,22 @@ def test_tokenizer_files_refuse_a_model_without_xlnets_ids(tmp_path):
                                    vocab_size=200, num_threads=1)
     with pytest.raises(ValueError, match=r"plain\.model does not have XLNet's special ids \(id <cls>=.*\)$"):
         hf_tokenizer.tokenizer_files(str(prefix) + ".model", False)
+
+
+def test_the_model_card_names_no_path_of_the_machine(tmp_path):
+    """Pushed to the Hub, the card would publish the machine's folders (a home directory): the records, the
+    corpus, the SentencePiece model and the checkpoint are named by their folder or file names only."""
+    from xlnet_data.dataformat.corpus_info import CorpusInfo
+    from xlnet_data.pretrain import hf_card
+    home = tmp_path / "home" / "alice"
+    info = CorpusInfo.from_dict({"vocab_size": 8000, "seq_len": 128, "input_glob": f"{home}/corpus/ko/*.txt,"
+                                 f"{home}/corpus/ko2/*.txt", "sp_path": f"{home}/spm/ko.model"},
+                                str(home / "proc_data" / "ko" / "corpus_info.json"))
+    config = C.ExportConfig(checkpoint=f"{home}/models/ko/model.ckpt-60", model=C.XLNetConfig(), run=C.RunConfig(),
+                            pretraining=C.RunConfig(), sp_path=f"{home}/spm/ko.model", output_dir=str(tmp_path / "hf"))
+    card = hf_card.model_card(config, [(str(home / "proc_data" / "ko" / "corpus_info.json"), info)],
+                              "the tokenizer gives create's ids on 10 of 10 lines (the corpus: *.txt,*.txt)")
+    assert "alice" not in card and str(tmp_path) not in card, card
+    assert "`ko` (its `corpus_info.json`): made by xlnet-data create from `*.txt,*.txt`" in card
+    assert "with `ko.model`" in card and "weights: `model.ckpt-60`" in card
+    assert "Korean" in card and "Japanese" in card and "XLNetTokenizer" in card
