@@ -26,7 +26,8 @@ UNK_WARNING_SHARE = 0.25
 
 
 # Below this share of pieces that can start a span, a file is taken for text without spaces between words: English
-# has 86%, Chinese 16-17%, Japanese 6-11%, Thai 10.5% (docs/languages.md; Japanese novels 5.7%, issue 43).
+# has 86%, Korean 51% (33,187 movie reviews, e9t/nsmc), Chinese 16-17%, Japanese 6-11%, Thai 10.5%
+# (docs/languages.md; Japanese novels 5.7%, issue 43).
 NO_SPACES_WARNING_SHARE = 0.3
 NO_SPACES_MIN_TOKENS = 1000  # a file of a few lines (a title, a list) is not judged
 
