@@ -362,3 +362,25 @@ def test_help_and_plot_extra(tmp_path):
         assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
     else:
         assert res.returncode == 2 and res.stderr.startswith("dump: error: no such file")
+
+
+def test_a_save_dir_of_two_splits_with_their_own_passes_is_complete(sample_spm, tmp_path):
+    """The README's save_dir: train with --num_passes=2, then --split=dev with --num_passes=1. Each split is
+    its own create run: dump finds nothing missing (it said the dev split lacked pass 1, which would have halved
+    the user's train data had they followed it); a train pass lost is still found."""
+    from conftest import SAMPLE_CORPUS, run_module
+    text = tmp_path / "emma.txt"
+    text.write_text("\n".join((SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:40]) + "\n")
+    flags = [f"--input_glob={text}", f"--sp_path={sample_spm}", f"--save_dir={tmp_path / 'proc'}", "--seq_len=64",
+             "--reuse_len=32", "--bsz_per_host=4", "--num_core_per_host=1", "--num_predict=10", "--num_workers=1"]
+    for split, passes in (("train", 2), ("dev", 1)):
+        done = run_module("xlnet_data.create", *flags, f"--split={split}", f"--num_passes={passes}")
+        assert done.returncode == 0, done.stderr
+    for split in ("train", "dev"):
+        assert not selection.select(selection.SelectionConfig(paths=(str(tmp_path / "proc"),), split=split)).warnings
+    shown = run_cli(tmp_path / "proc", "--stats")
+    assert shown.returncode == 0 and "lacks" not in shown.stderr + shown.stdout, shown.stderr
+    for path in (tmp_path / "proc" / "tfrecords").glob("*train-0-1.*"):  # the train split's pass 1 lost
+        path.unlink()
+    (warning,) = selection.select(selection.SelectionConfig(paths=(str(tmp_path / "proc"),))).warnings
+    assert "lacks pass(es) 1" in warning and "--num_passes=2" in warning

@@ -296,7 +296,7 @@ def test_import_continues_training_where_it_left_off(trained, records, tmp_path)
 
 
 @needs_transformers
-def test_export_is_ready_for_fine_tuning(trained, records):
+def test_export_is_ready_for_fine_tuning(trained, records, sample_spm):
     """config.json has fine-tuning's settings (the run's are in xlnet_pretraining.json): a classifier and the LM head
     give logits for one text; README.md is a model card that names the data, the tokenizer class and its measured
     agreement with create."""
@@ -322,8 +322,10 @@ def test_export_is_ready_for_fine_tuning(trained, records):
     log = (export_dir.parent / "export.log").read_text()
     agreement = re.search(r"the tokenizer gives create's ids on (\d+) of (\d+) lines", log)
     assert agreement and agreement[1] == agreement[2] and int(agreement[2]) > 500, log  # 600 lines, blank ones out
-    assert agreement[0] in card and f"`{records}/corpus_info.json`" in card
-    assert "**`AutoTokenizer`**" in card and "Not `XLNetTokenizer`" in card and "mem_len=32" in card
+    assert agreement[0] in card and "`emma` (its `corpus_info.json`)" in card and "mem_len=32" in card
+    # No path of this machine (pushed to the Hub, the card would publish them): file names only.
+    assert "/" not in "".join(re.findall(r"`[^`]*`", card.split("## Use")[0])), card
+    assert "from `emma.txt`" in card and f"with `{sample_spm.name}`" in card and "`model.ckpt-80`" in card
     # The corpus's tokens: each task's pass 0 of the train split (corpus_info.json's input_counts name only the
     # files with <unk> or marks lost).
     tokens = sum(json.loads(path.read_text())["create_counts"]["tokens"]
@@ -571,6 +573,34 @@ def test_tokenizer_gives_creates_pieces_in_eleven_languages(language_spm, uncase
 
 
 @needs_transformers
+@pytest.mark.parametrize("keep_accents", [False, True])
+def test_xlnet_tokenizer_of_the_export_gives_creates_ids_in_korean_and_japanese(language_spm, keep_accents,
+                                                                                 tmp_path):
+    """XLNetTokenizer, the class tutorials load, gives AutoTokenizer's ids, which are create's: Transformers 5's
+    own normaliser (NFKD + StripAccents) turned Korean into jamo and <unk> and dropped Japanese voicing marks.
+    After save_pretrained, AutoTokenizer's copy still does."""
+    from transformers import AutoTokenizer, XLNetTokenizer
+
+    from xlnet_data.dataformat.vocab import load_sentencepiece
+
+    lines = LANGUAGE_LINES["ko"] + LANGUAGE_LINES["ja"] + ["ばびぶべぼ、パピプペポ、ガギグゲゴ。"]
+    lines += [unicodedata.normalize("NFD", line) for line in lines]  # as macOS hands them over
+    want = _create_ids(load_sentencepiece(language_spm), lines, False, keep_accents)
+    directory = _write_tokenizer(tmp_path / "export", language_spm, False, keep_accents)
+    auto = AutoTokenizer.from_pretrained(str(directory))
+    xlnet = XLNetTokenizer.from_pretrained(str(directory))
+    assert not _differing(lines, auto(lines, add_special_tokens=False)["input_ids"], want)
+    assert not _differing(lines, xlnet(lines, add_special_tokens=False)["input_ids"], want)
+    assert xlnet(lines[0])["input_ids"] == auto(lines[0])["input_ids"] == want[0] + [4, 3]  # ... <sep> <cls>
+    if keep_accents:  # the voicing marks are pieces of their own words: ば is not は
+        assert want[-1] != _create_ids(load_sentencepiece(language_spm), ["はひふへほ、ハヒフヘホ、カキクケコ。"],
+                                       False, True)[0]
+    auto.save_pretrained(str(tmp_path / "saved"))
+    saved = AutoTokenizer.from_pretrained(str(tmp_path / "saved"))
+    assert not _differing(lines, saved(lines, add_special_tokens=False)["input_ids"], want)
+
+
+@needs_transformers
 @pytest.mark.parametrize("uncased,keep_accents", SETTINGS)
 def test_tokenizer_gives_creates_ids_on_typed_thai_and_vietnamese_but_float32_ties(language_spm, uncased,
                                                                                      keep_accents):
@@ -650,3 +680,22 @@ def test_tokenizer_files_refuse_a_model_without_xlnets_ids(tmp_path):
                                    vocab_size=200, num_threads=1)
     with pytest.raises(ValueError, match=r"plain\.model does not have XLNet's special ids \(id <cls>=.*\)$"):
         hf_tokenizer.tokenizer_files(str(prefix) + ".model", False)
+
+
+def test_the_model_card_names_no_path_of_the_machine(tmp_path):
+    """Pushed to the Hub, the card would publish the machine's folders (a home directory): the records, the
+    corpus, the SentencePiece model and the checkpoint are named by their folder or file names only."""
+    from xlnet_data.dataformat.corpus_info import CorpusInfo
+    from xlnet_data.pretrain import hf_card
+    home = tmp_path / "home" / "alice"
+    info = CorpusInfo.from_dict({"vocab_size": 8000, "seq_len": 128, "input_glob": f"{home}/corpus/ko/*.txt,"
+                                 f"{home}/corpus/ko2/*.txt", "sp_path": f"{home}/spm/ko.model"},
+                                str(home / "proc_data" / "ko" / "corpus_info.json"))
+    config = C.ExportConfig(checkpoint=f"{home}/models/ko/model.ckpt-60", model=C.XLNetConfig(), run=C.RunConfig(),
+                            pretraining=C.RunConfig(), sp_path=f"{home}/spm/ko.model", output_dir=str(tmp_path / "hf"))
+    card = hf_card.model_card(config, [(str(home / "proc_data" / "ko" / "corpus_info.json"), info)],
+                              "the tokenizer gives create's ids on 10 of 10 lines (the corpus: *.txt,*.txt)")
+    assert "alice" not in card and str(tmp_path) not in card, card
+    assert "`ko` (its `corpus_info.json`): made by xlnet-data create from `*.txt,*.txt`" in card
+    assert "with `ko.model`" in card and "weights: `model.ckpt-60`" in card
+    assert "Korean" in card and "Japanese" in card and "XLNetTokenizer" in card

@@ -3,14 +3,17 @@
 import glob
 import os
 import random
+import re
 import signal
 import string
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import sentencepiece as spm
+from conftest import ROOT
 
 from xlnet_data.dataformat import vocab
 from xlnet_data.datagen import spm_log, tokenizer
@@ -246,3 +249,85 @@ def test_a_signal_stops_training_at_once_with_one_line_and_leaves_nothing(tmp_pa
     assert ours == [f"spm_train: error: stopped by {signal.Signals(signum).name}"]
     assert stderr.strip().splitlines()[-1] == ours[0] and "Traceback" not in stderr
     assert os.listdir(out) == []  # no model, vocab or temporary file
+
+
+def _japanese_like(lines, seed=0):
+    """Text written for this test with a Japanese text's shape: no spaces, 2,500 kanji of Zipf frequencies (many
+    seen a few times, which the character-coverage rule keeps as pieces at any vocabulary size), kana, particles."""
+    rng = np.random.default_rng(seed)
+    kanji = [chr(0x4E00 + i) for i in rng.choice(20000, 2500, replace=False)]
+    kana = [chr(c) for c in range(0x3042, 0x3093)]
+    p = 1.0 / np.arange(1, len(kanji) + 1) ** 1.1
+    words = ["".join(rng.choice(kanji, size=rng.integers(1, 3), p=p / p.sum()))
+             + "".join(rng.choice(kana, size=rng.integers(0, 3))) for _ in range(6000)]
+    q = 1.0 / np.arange(1, len(words) + 1)
+    particles = ["は", "が", "を", "に", "の", "と", "で", "も"]
+    return ["".join(words[w] + particles[rng.integers(len(particles))]
+                    for w in rng.choice(len(words), size=rng.integers(4, 12), p=q / q.sum())) + "。"
+            for _ in range(lines)]
+
+
+def test_vocabulary_advice_followed_settles_on_japanese_text(tmp_path):
+    """The advice counts only the pieces the vocabulary size decides: on Japanese-like text, 4000 -> about 2000
+    -> no warning. Counting the rare single kanji too (which every size keeps), the 2000 model had 548 rare
+    pieces of 2000 (27%): the advice ran on (8000 -> 6000 -> 4000 -> 2000 on Aozora novels, issue 43)."""
+    text = tmp_path / "ja.txt"
+    text.write_text("\n".join(_japanese_like(6000)) + "\n", encoding="utf-8")
+    size, sizes = 4000, []
+    for _ in range(3):
+        sizes.append(size)
+        model = tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(
+            input_files=(str(text),), model_prefix=str(tmp_path / f"ja{size}"), vocab_size=size, keep_accents=True,
+            hard_vocab_limit=False, num_threads=2))
+        warning = spm_log.vocabulary_warning(size, tokenizer.model_text_settings(model)["rare_pieces"],
+                                             tokenizer.RARE_PIECE_COUNT)
+        if warning is None:
+            break
+        size = int(warning.split("--vocab_size=")[1].split()[0])
+    assert warning is None and sizes == [4000, 2000], sizes
+    sp = spm.SentencePieceProcessor(model_file=model)  # rare single characters are there, and not counted
+    ids = sp.encode(text.read_text(encoding="utf-8").splitlines())
+    counts = np.bincount([i for line in ids for i in line], minlength=sp.get_piece_size())
+    rare_singles = [i for i in range(9, sp.get_piece_size()) if len(sp.id_to_piece(i)) == 1 and counts[i] < 5]
+    assert len(rare_singles) > 0.1 * size
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs a process allowed 2 cores or more, to pin it to one")
+def test_the_default_threads_and_workers_are_the_process_cores_not_the_machines():
+    """Pinned to one core (taskset, a batch scheduler's allocation), spm_train trains with one thread and prepare
+    reads with one worker by default, as create does: the machine's count started as many threads as it has."""
+    from xlnet_data.common import workers
+    script = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); import sys; from absl import flags;"
+              "from xlnet_data import spm_train; from xlnet_data.common import workers;"
+              "spm_train.define_flags(); print(flags.FLAGS['num_threads'].default, workers.process_cores())")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.stdout.split() == ["1", "1"], done.stderr
+    assert workers.process_cores() == len(os.sched_getaffinity(0))
+
+
+def _command_flags(text, module):
+    """{flag: value} of the first `python -m MODULE ...` command of a shell text (README.md, bin/demo)."""
+    command = next(line for line in text.replace("\\\n", " ").splitlines() if f"-m xlnet_data.{module} " in line)
+    return dict(re.findall(r"--(\w+)=(\S+)", command.split("#")[0]))
+
+
+def test_the_readme_path_and_the_demo_train_without_a_rare_piece_warning(tmp_path):
+    """A newcomer's first runs, with the project's own settings: the README's Austen path (prepare, then spm_train)
+    and bin/demo's spm_train give no rare-piece warning (they did: 14% of 2000 pieces and 33% of 4000)."""
+    from xlnet_data.datagen.prepare import PrepareConfig, prepare
+    readme, demo = (ROOT / "README.md").read_text(), (ROOT / "bin" / "demo").read_text()
+    prepared = _command_flags(readme, "prepare")
+    prepare(PrepareConfig(input_glob=str(ROOT / prepared["input_glob"].strip("'")), output_dir=str(tmp_path / "austen"),
+                          language=prepared["language"], num_shards=int(prepared["num_shards"]),
+                          dev_fraction=float(prepared["dev_fraction"])).validate())
+    runs = [(_command_flags(readme, "spm_train"), str(tmp_path / "austen" / "*.txt"), False),
+            (_command_flags(demo, "spm_train"), str(ROOT / "sample_corpus" / "*.txt"), True)]
+    for flags, pattern, keep_accents in runs:
+        size = int(flags["vocab_size"])
+        model = tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(
+            input_files=tuple(sorted(glob.glob(pattern))), model_prefix=str(tmp_path / f"v{size}"), vocab_size=size,
+            keep_accents=keep_accents, num_threads=2))
+        rare = tokenizer.model_text_settings(model)["rare_pieces"]
+        assert spm_log.vocabulary_warning(size, rare, tokenizer.RARE_PIECE_COUNT) is None, (pattern, size, rare)

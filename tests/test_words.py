@@ -215,3 +215,20 @@ def test_the_compiled_chinese_route_cuts_where_rjieba_does():
     han = np.array([any(low <= ord(c) <= high for low, high in words.SCRIPTS["zh"]) for c in text] + [False])
     got, want = words.load_segmenter("zh")(text), words.char_word_starts(text, rjieba.cut(text, False))
     assert han.sum() > 700 and got[han].tolist() == want[han].tolist()  # elsewhere only Han pieces read them
+
+
+def test_text_without_spaces_is_warned_about_with_the_default_word_boundaries(corpus, model, tmp_path, caplog):
+    """Japanese, Chinese and Thai records made with the default --word_boundaries=spaces: few pieces can start a
+    span, so masked spans cut words (issue 43). create warns once a file, naming the file; not on English, nor
+    with the language's segmenter."""
+    def warned(language, **changes):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            create(corpus, model, tmp_path, language, f"{language}-{len(changes)}", **changes)
+        return sorted(record.args[0] for record in caplog.records
+                      if record.args and "word_boundaries" in record.getMessage())
+
+    for language in LANGUAGES:
+        assert warned(language) == [str(corpus / language / f"{name}.txt") for name in ("a", "b")], language
+    assert warned("en") == []
+    assert warned("ja", word_boundaries="ja") == []

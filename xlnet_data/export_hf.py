@@ -132,8 +132,9 @@ def config_from_flags():
     return config, records
 
 
-def _agreement(config, records):
-    """The tokenizer's agreement with create's ids on lines of the records' corpus, in words."""
+def _agreement(config, records) -> tuple[str, str]:
+    """The tokenizer's agreement with create's ids on lines of the records' corpus, in words, and the corpus's
+    globs ("" when there are none), which the sentence leaves out (the card shows their file names only)."""
     from xlnet_data.dataformat import hf_tokenizer
     from xlnet_data.dataformat.vocab import load_sentencepiece
     from xlnet_data.datagen import hf_agreement
@@ -142,13 +143,13 @@ def _agreement(config, records):
     lines = hf_agreement.corpus_lines(globs, FLAGS.agreement_lines) if globs and FLAGS.agreement_lines else []
     if not lines:
         return ("not measured: " + ("--agreement_lines=0" if not FLAGS.agreement_lines else
-                                    f"the corpus ({globs}) is not there" if globs else "no records recorded"))
+                                    "the corpus is not there" if globs else "no records recorded")), globs
     tokenizer = hf_tokenizer.tokenizer_files(config.sp_path, config.uncased, config.keep_accents)["tokenizer.json"]
     agreement = hf_agreement.measure(load_sentencepiece(config.sp_path), tokenizer.decode("utf-8"), lines,
                                      config.uncased, config.keep_accents)
     if agreement is None:
-        return "not measured: needs the tokenizers package (pip install tokenizers, or xlnet-data[hf])"
-    return f"{agreement.describe()} (the first lines of {globs})"
+        return "not measured: needs the tokenizers package (pip install tokenizers, or xlnet-data[hf])", globs
+    return agreement.describe(), globs
 
 
 def main(argv):
@@ -157,9 +158,11 @@ def main(argv):
     import tensorflow as tf
 
     from xlnet_data.pretrain import hf, hf_card
-    agreement = _agreement(config, records)
+    agreement, globs = _agreement(config, records)
+    corpus = lambda shown: f" (the corpus: {shown})" if shown else ""
     try:
-        result = hf.export(config, hf_card.model_card(config, records, agreement))
+        result = hf.export(config, hf_card.model_card(config, records,
+                                                      agreement + corpus(hf_card.public_name(globs))))
     except tf.errors.OpError as err:  # a checkpoint that is not there or not readable
         return cli.fail("export_hf", err.message)
     run = config.run
@@ -168,7 +171,8 @@ def main(argv):
           f"bi_data={run.bi_data}, clamp_len={run.clamp_len}, same_length={run.same_length}"
           f"{'; the training run in ' + hf.PRETRAINING_FILE if config.pretraining else ''}; tokenizer of "
           f"{config.sp_path} ({'uncased' if config.uncased else 'cased'}, "
-          f"{'accents kept' if config.keep_accents else 'accents stripped'}): {agreement}", file=sys.stderr)
+          f"{'accents kept' if config.keep_accents else 'accents stripped'}): {agreement}{corpus(globs)}",
+          file=sys.stderr)
     return 0
 
 

@@ -21,6 +21,7 @@ import time
 from absl import flags
 
 from xlnet_data import cli
+from xlnet_data.common import workers
 from xlnet_data.datagen.prepare import FORMATS, TEXT_LAYOUTS, PrepareConfig, prepare
 
 FLAGS = flags.FLAGS
@@ -40,7 +41,8 @@ def define_flags():
                         "ar, ...), for the sentence splitter's abbreviations and sentence marks (th: Thai, cut at the "
                         "spaces between sentences).")
     flags.DEFINE_integer("num_shards", 1, "Output files, of similar size (cut at document ends).", lower_bound=1)
-    flags.DEFINE_integer("num_workers", None, "Files read and split in parallel; default: the CPU count. "
+    flags.DEFINE_integer("num_workers", None, "Files read and split in parallel; default: the cores this process may "
+                         "use (taskset). "
                          "The output is the same for every value.", lower_bound=1)
     flags.DEFINE_bool("dedup", True, "Drop a document that repeats an earlier one exactly (after whitespace "
                       "normalisation); the first copy, in file order, is kept.")
@@ -60,7 +62,7 @@ def main(argv):
         return cli.fail("prepare", f"unexpected arguments: {' '.join(argv[1:])}")
     start = time.time()
     config = cli.config_from_flags(PrepareConfig, input_glob=FLAGS.input_glob or "", output_dir=FLAGS.output_dir or "",
-                                   num_workers=FLAGS.num_workers or os.cpu_count() or 1).validate()
+                                   num_workers=FLAGS.num_workers or workers.process_cores()).validate()
     summary = prepare(config)
     shards = len(summary.shards)
     empty_shards = f" ({summary.empty_shards} of them empty)" if summary.empty_shards else ""

@@ -22,13 +22,13 @@ seen fewer than 5 times in the text) gets a warning with a size that fits the te
 trains (one C++ call), a line every 15 s says where it is.
 """
 
-import os
 import sys
 import time
 
 import sentencepiece as spm
 
 from xlnet_data import cli
+from xlnet_data.common import workers
 from xlnet_data.datagen import spm_log
 from xlnet_data.datagen.tokenizer import (
     RARE_PIECE_COUNT,
@@ -81,8 +81,8 @@ def define_flags():
         "Fail when the corpus cannot give --vocab_size pieces. --nohard_vocab_limit makes "
         "--vocab_size an upper bound instead, for small corpora.")
     flags.DEFINE_integer(
-        "num_threads", min(os.cpu_count() or 1, 16),
-        "Training threads (default: this machine's cores, at most 16).")
+        "num_threads", min(workers.process_cores(), 16),
+        "Training threads (default: the cores this process may use (taskset), at most 16).")
     flags.DEFINE_boolean(
         "uncased", defaults.uncased,
         "Train on lower-cased text, as create --uncased (its default, the original data_utils.py's) feeds it. "

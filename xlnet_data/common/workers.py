@@ -24,6 +24,12 @@ STOP_GRACE_SECONDS = 10  # after SIGTERM, how long a worker may take to end befo
 _report = None  # where report() sends a job's counts: over the pipe in a worker, to on_counts in-process
 
 
+def process_cores() -> int:
+    """The cores this process may run on (`taskset`, a cgroup's cpuset, a batch scheduler's allocation), not the
+    machine's: the default number of workers and threads of create, prepare and spm_train."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def report(*counts):
     """From inside a job: adds `counts` to the parent's tallies (its on_counts); a no-op outside of a run."""
     if _report is not None:

@@ -5,12 +5,16 @@ bytes, with no tokenizer library: the Unigram vocabulary (pieces and scores), Se
 table, and the normalisation of the original's `preprocess_text` as create applied it: `` and '' to ", NFKD
 with the combining characters dropped unless the records kept accents, lower-casing when they were uncased.
 
-Transformers 5's own `XLNetTokenizer` cannot give create's pieces: it builds its normaliser itself, ignoring
-tokenizer.json's and its `keep_accents` option, and always strips with NFKD + StripAccents, which drops every
-nonspacing mark (Thai vowels, Indic vowel signs) where the original drops only the combining ones (non-zero
-combining class). So tokenizer_config.json names "PreTrainedTokenizerFast" (Transformers 5: TokenizersBackend),
-which runs tokenizer.json as written; its `keep_accents` and `do_lower_case` keys are for Transformers 4's
-SentencePiece-based XLNetTokenizer, which applied the original's preprocess_text itself.
+Transformers 5's own `XLNetTokenizer` builds its normaliser itself, ignoring tokenizer.json's and its
+`keep_accents` option: NFKD + StripAccents, which drops every nonspacing mark (Thai vowels, Indic vowel signs,
+Japanese voicing marks) where the original drops only the combining ones, and leaves Korean as conjoining jamo,
+which are <unk> to a model that learnt syllables. No tokenizer_config.json setting changes that normaliser; but
+Transformers 5 (5.25 measured) keeps tokenizer.json as written for a class with its own __init__ where
+`trust_remote_code` is true among the config's keys (its convert_to_native_format), so the config has it:
+XLNetTokenizer.from_pretrained(export) then gives AutoTokenizer's ids (tests/test_hf.py). No code is loaded: an
+export has none (no auto_map). tokenizer_config.json names "PreTrainedTokenizerFast" (TokenizersBackend), which
+AutoTokenizer loads; its `keep_accents` and `do_lower_case` keys are for Transformers 4's SentencePiece-based
+XLNetTokenizer, which applied the original's preprocess_text itself.
 
 Two rules of the original cannot be written exactly as a tokenizers pipeline. A piece ending in digit + comma
 ("▁1990,") is split and its digits re-encoded: as Transformers' own converter does, such pieces are made 100
@@ -159,6 +163,7 @@ def tokenizer_json(model: SentencePieceModel, uncased: bool, keep_accents: bool 
 def tokenizer_config(uncased: bool, keep_accents: bool = False) -> dict:
     return {"tokenizer_class": "PreTrainedTokenizerFast", "do_lower_case": uncased, "remove_space": True,
             "keep_accents": keep_accents,
+            "trust_remote_code": True,  # XLNetTokenizer runs tokenizer.json as written (see the docstring)
             "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "<sep>", "pad_token": "<pad>",
             "cls_token": "<cls>", "mask_token": "<mask>", "additional_special_tokens": ["<eop>", "<eod>"],
             "padding_side": "left"}

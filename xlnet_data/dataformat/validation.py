@@ -196,20 +196,24 @@ def missing_passes(tfrecords_dir: str, info_paths: list[str], num_passes: Option
     without num_passes of the passes their create run was to make (record_info.PASSES_KEY: a killed run), in
     words with the fix; None when every task that has units has them all (a task too small for one batch has
     none, and another --task may not have run: tasks without units are not counted)."""
-    passes, planned = collections.defaultdict(set), 0
+    # Each split is its own create run (train --num_passes=2, then --split=dev --num_passes=1): its own plan.
+    passes, planned = collections.defaultdict(set), collections.Counter()
     for path in info_paths:
         name = save_dir.parse_name(path)
         passes[name.split, name.task].add(name.pass_id)
         recorded_passes = save_dir.read_json(path).get(record_info.PASSES_KEY)
-        planned = max(planned, recorded_passes if isinstance(recorded_passes, int) else 0)
-    wanted = num_passes or planned
-    lacking = {task: sorted(set(range(wanted)) - found) for task, found in sorted(passes.items())}
-    lacking = {task: missing for task, missing in lacking.items() if missing}
+        planned[name.split] = max(planned[name.split], recorded_passes if isinstance(recorded_passes, int) else 0)
+    lacking = {(split, task): sorted(set(range(num_passes or planned[split])) - found)
+               for (split, task), found in sorted(passes.items())}
+    lacking = {unit: missing for unit, missing in lacking.items() if missing}
     if not lacking:
         return None
-    (_, task), missing = next(iter(lacking.items()))
-    complete = min(missing[0] for missing in lacking.values())  # passes 0..complete-1 are there for every task
-    lacks = f"task {task} lacks pass(es) {', '.join(map(str, missing[:5]))}{' ...' if len(missing) > 5 else ''}"
+    (split, task), missing = next(iter(lacking.items()))
+    planned = planned[split]
+    complete = min(missing[0] for (their_split, _), missing in lacking.items() if their_split == split)
+    of_split = "" if split == "train" else f" of split {split}"
+    lacks = (f"task {task}{of_split} lacks pass(es) {', '.join(map(str, missing[:5]))}"
+             f"{' ...' if len(missing) > 5 else ''}")
     complete_ones = "" if not complete else (f"; {f'passes 0-{complete - 1} are' if complete > 1 else 'pass 0 is'} "
                                              f"complete (train_gpu --num_passes={complete} reads only those)")
     if num_passes:

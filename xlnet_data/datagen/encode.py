@@ -28,6 +28,7 @@ import numpy as np
 from xlnet_data.common import fileio, memory
 from xlnet_data.dataformat import token_cache
 from xlnet_data.dataformat.save_dir import token_cache_paths, write_json
+from xlnet_data.dataformat.vocab import start_piece_table
 from xlnet_data.dataformat.words import WordStarts
 from xlnet_data.datagen import corpus
 from xlnet_data.datagen.text import Encoder
@@ -74,8 +75,10 @@ def cache_key(settings: EncodeSettings, files, model_sha256: str) -> str:
 def _encoded_shards(settings: EncodeSettings, files, sp, on_progress, encode_threads):
     """Each file's corpus.Shard in file order, or None for a file without tokens (warned about)."""
     encoder = Encoder(sp, encode_threads, settings.encoder) if settings.from_raw_text else None
-    read_settings = {**dataclasses.asdict(settings), "word_starts": None if settings.word_boundaries == "spaces"
-                     else WordStarts.of(sp, settings.word_boundaries)}
+    spaces = settings.word_boundaries == "spaces"
+    read_settings = {**dataclasses.asdict(settings), "word_starts": None if spaces else
+                     WordStarts.of(sp, settings.word_boundaries),
+                     "start_pieces": start_piece_table(sp) if spaces and settings.from_raw_text else None}
     del read_settings["word_boundaries"], read_settings["encoder"]
     for path in files:
         shard = corpus.read_shard(path, encoder, **read_settings, vocab_size=sp.get_piece_size(),

@@ -1,7 +1,6 @@
 """The local runner: a plan's encode stage and units in parallel worker processes, with one progress line for all."""
 
 import logging
-import os
 
 from xlnet_data.common import memory, workers
 from xlnet_data.common.progress import Progress
@@ -54,7 +53,7 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     todo = plan.units
     if not todo:
         return []
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = workers.process_cores()
     num_workers = min(len(todo), num_workers or cores)
     encode_threads = max(1, cores // max(1, min(num_workers, len(plan.tasks))))
     single_jobs = [(config, unit, plan.tasks[unit.task], encode_threads) for unit in plan.memory_units()]

@@ -23,6 +23,12 @@ def _train_tokens(corpus_info_path: str) -> int:
     return tokens
 
 
+def public_name(path: str) -> str:
+    """What the card shows of a path (or a comma-separated list of globs): the file name, the machine's folders
+    left out (a card pushed to the Hub would publish a home directory)."""
+    return ",".join(os.path.basename(part.rstrip("/")) for part in path.split(","))
+
+
 def _records_lines(records: list[tuple[str, CorpusInfo]]) -> list[str]:
     if not records:
         return ["- not recorded (an original checkpoint, or a training run from before run_config.json named its "
@@ -31,8 +37,10 @@ def _records_lines(records: list[tuple[str, CorpusInfo]]) -> list[str]:
     for path, info in records:
         tokens = _train_tokens(path)
         settings = ", ".join(f"{key}={info.value(key)}" for key in _RECORD_KEYS if info.value(key) is not None)
-        lines.append(f"- `{path}`: made by xlnet-data create from `{info.input_glob}`"
-                     f"{f' ({tokens:,} tokens)' if tokens else ''} with `{info.sp_path}`; {settings}")
+        records_dir = public_name(os.path.dirname(os.path.abspath(path)))
+        lines.append(f"- `{records_dir}` (its `corpus_info.json`): made by xlnet-data create from "
+                     f"`{public_name(info.input_glob or '')}`{f' ({tokens:,} tokens)' if tokens else ''} with "
+                     f"`{public_name(info.sp_path or '')}`; {settings}")
     return lines
 
 
@@ -50,7 +58,7 @@ def model_card(cfg: ExportConfig, records: list[tuple[str, CorpusInfo]], agreeme
         "## Settings", "",
         f"- model: n_layer={model.n_layer}, d_model={model.d_model}, n_head={model.n_head}, d_head={model.d_head}, "
         f"d_inner={model.d_inner}, ff_activation={model.ff_activation}, untie_r={model.untie_r}",
-        f"- weights: `{cfg.checkpoint}`",
+        f"- weights: `{public_name(cfg.checkpoint)}`",
         f"- pretraining: {pretraining}",
         f"- `config.json`: set for fine-tuning: bi_data={run.bi_data}, mem_len={run.mem_len or None}, reuse_len="
         f"{run.reuse_len or None} (with bi_data, Transformers splits every batch into forward and backward halves: "
@@ -59,10 +67,13 @@ def model_card(cfg: ExportConfig, records: list[tuple[str, CorpusInfo]], agreeme
         f"The SentencePiece model of the records (`spiece.model`), normalising text as create did "
         f"({'uncased' if cfg.uncased else 'cased'}, {'accents kept' if cfg.keep_accents else 'accents stripped'}).",
         f"Agreement with create's ids, measured at export: {agreement}.", "",
-        "Load it with **`AutoTokenizer`** (or `PreTrainedTokenizerFast`), which runs `tokenizer.json` as written. "
-        "Not `XLNetTokenizer`: Transformers 5's builds its own normaliser, ignoring `tokenizer.json` and "
-        "`keep_accents`, and strips every nonspacing mark (Vietnamese tones, Thai tone marks and vowels, Indic "
-        "vowel signs), which gives other pieces than the model learnt.", "",
+        "Load it with `AutoTokenizer` or `XLNetTokenizer`: both run `tokenizer.json` as written and give create's "
+        "pieces, Korean and Japanese included (`trust_remote_code` in `tokenizer_config.json` is what makes "
+        "Transformers 5's `XLNetTokenizer` read `tokenizer.json`; no code is loaded, this folder has none).",
+        "A tokenizer saved again by `save_pretrained` loses that key: `XLNetTokenizer` would then build its own "
+        "normaliser, which turns Korean syllables into jamo (`<unk>` to this model) and drops Japanese voicing "
+        "marks and every other nonspacing mark; load such a copy with `AutoTokenizer`, or copy this folder's "
+        "`tokenizer_config.json` into it.", "",
         "## Use", "",
         "```python",
         "from transformers import AutoTokenizer, XLNetForSequenceClassification",

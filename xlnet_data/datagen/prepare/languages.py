@@ -1,8 +1,8 @@
 """What prepare knows of each language beyond sentencex's rules: the cuts sentencex makes that a reader
 would not (after a title such as French `M.`, an initial, a list number, inside `O.N.U.`) are undone,
-and the cuts it misses (after 。！？ before a digit, after `…` or `.)` before a capital, Thai's spaces)
-are added. Each rule was written against the hand-checked cases of tests/data/sentences.jsonl and is
-measured in BENCHMARKS.md "prepare".
+and the cuts it misses (after 。！？ before a digit, after `…` or `.)` before a capital, between Japanese
+quotations 「…」「…」, Thai's spaces) are added. Each rule was written against the hand-checked cases of
+tests/data/sentences.jsonl and is measured in BENCHMARKS.md "prepare".
 
 Thai writes no sentence mark: a space ends a sentence, but spaces also stand inside one (around numbers
 and Latin words, after ๆ and ฯ, between the items of a list, before a conjunction). A space is taken for
@@ -38,6 +38,8 @@ _CJK_END = re.compile(r"[。！？][。！？!?]*(?=[^\s。！？!?」』”’�
 _ELLIPSIS_END = re.compile(r"(?:…|[.!?]\))(?= \(?[A-ZÀ-ÖØ-ÞА-ЯΑ-Ω])")
 _DASH_LOWER = re.compile(r"[—–]\s*[^\W\d_]")
 _JA_QUOTE_PARTICLE = re.compile("^(?:と|って|という|とか)")
+# Back-to-back quotations, 「…」「…」: dialogue of two speakers (or two utterances) on one line of a novel.
+_JA_QUOTES_BACK_TO_BACK = re.compile("[」』](?=[ \u3000]*[「『])")
 CONTEXT = 32  # characters on each side of a cut that the rules look at
 
 # Thai
@@ -54,6 +56,8 @@ def refine(language, text, cuts):
     cuts = set(cuts)
     if language in ("zh", "ja"):
         cuts.update(match.end() for match in _CJK_END.finditer(text))
+    if language == "ja":
+        cuts.update(match.end() for match in _JA_QUOTES_BACK_TO_BACK.finditer(text))
     if "…" in text or ")" in text:  # (the search is slow; these tests are not)
         cuts.update(match.end() + 1 for match in _ELLIPSIS_END.finditer(text))
     if language == "th":
