@@ -146,10 +146,7 @@ def read_model_proto(data: bytes) -> SentencePieceModel:
                     found[name] = bytes(sub_value)
                 elif name is not None:
                     found[name] = sub_value if name == "model_type" else bool(sub_value)
-    charsmap = found.pop("charsmap", b"")
-    problem = charsmap_problem(charsmap)
-    if problem:
-        raise ModelFormatError(f"its normalisation table (precompiled_charsmap) is damaged: {problem}")
+    charsmap = check_charsmap(found.pop("charsmap", b""))
     return SentencePieceModel(pieces, charsmap, found.pop("normalizer", ""), **found)
 
 
@@ -219,3 +216,11 @@ def charsmap_problem(charsmap: bytes) -> Optional[str]:
     if found == 2:
         return f"a replacement's offset lies past its {strings} bytes of strings"
     return None
+
+
+def check_charsmap(charsmap: bytes) -> bytes:
+    """`charsmap`, or ModelFormatError saying why no walk may trust it (charsmap_problem)."""
+    problem = charsmap_problem(charsmap)
+    if problem:
+        raise ModelFormatError(f"its normalisation table (precompiled_charsmap) is damaged: {problem}")
+    return charsmap

@@ -280,9 +280,7 @@ def _charsmap_arrays(charsmap: bytes):
         units = np.full(256, 1 << 31, dtype=np.uint32)
         units[0] = 0
         return units, np.zeros(1, dtype=np.uint8), np.zeros(1, dtype=np.int64)
-    problem = spm_model.charsmap_problem(charsmap)  # (read_model_proto checked it too; cached) the walks trust it
-    if problem:
-        raise spm_model.ModelFormatError(f"its normalisation table (precompiled_charsmap) is damaged: {problem}")
+    spm_model.check_charsmap(charsmap)  # read_model_proto's check, again for a model made in memory: the walks trust it
     size = int(np.frombuffer(charsmap[:4], dtype="<u4")[0])
     units = np.frombuffer(charsmap[4:4 + size], dtype="<u4").astype(np.uint32)
     replacements = np.frombuffer(charsmap[4 + size:] + b"\0", dtype=np.uint8).copy()
