@@ -62,7 +62,7 @@ def load_sentencepiece(path):
     with fileio.open_read(path) as f:
         data = f.read()
     try:  # our own checks first: an older sentencepiece walks a damaged charsmap out of its array
-        _checked_model(data)
+        spm_model.read_model_proto(data)
     except spm_model.ModelFormatError as err:
         raise VocabError(f"cannot load SentencePiece model {path}: {err}") from None
     sp = spm.SentencePieceProcessor()
@@ -76,13 +76,6 @@ def load_sentencepiece(path):
             f"SentencePiece model {path} does not have XLNet's special ids: {', '.join(wrong)}; "
             "train one with `python -m xlnet_data.spm_train`")
     return sp
-
-
-@functools.lru_cache(maxsize=4)
-def _checked_model(data: bytes) -> None:
-    """spm_model.ModelFormatError when the model's fields cannot be trusted (pieces not UTF-8, a charsmap a walk
-    would leave); once per model in a process."""
-    spm_model.read_model_proto(data)
 
 
 def is_start_piece(piece):
