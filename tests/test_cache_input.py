@@ -229,7 +229,7 @@ def rewrite_as_format_1(save_dir):
     index = token_cache.read_index(save_dir, written["task"], written["key"])
     shards, parts, offset = [], [], 0
     for i, shard in enumerate(index.shards):
-        ids, flags, _ = token_cache.read_stream(save_dir, index, [i])  # one file: its flags as stored
+        ids, flags, _ = token_cache.read_stream(save_dir, index, [i], 1 << 16)  # one file: its flags as stored
         ids, flags = ids[:shard["tokens"]], flags[:shard["tokens"]]
         parts += [ids.astype("<i4").tobytes(), np.packbits(flags).tobytes()]
         kept = {key: value for key, value in shard.items() if not key.startswith(("ids_", "flags_", "starts_"))}

@@ -251,5 +251,120 @@ def test_an_id_outside_the_vocabulary_in_a_cache_without_checksums_is_one_line(b
                         "--train_steps=3", *TINY_SHAPE)
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert re.match(r"train: error: .*record_info-.*\.json: its token cache holds id 60000, outside the vocabulary of "
-                    r"\d+; re-run create", last), last
+    assert re.match(rf"train: error: {cache_file}: token 100 of .*emma.txt is id 60000, outside the vocabulary "
+                    r"\[0, \d+\) of its SentencePiece model: the token cache is damaged", last), last
+
+
+def _vocab_ids(index, data, value):
+    """Sets ids 100..499 of the first shard to `value` (format 1's int32, or the cache's own type)."""
+    shard = index["shards"][0]
+    dtype = index.get("ids", "<i4")
+    start = shard["ids_offset"] + 100 * np.dtype(dtype).itemsize
+    data[start:start + 400 * np.dtype(dtype).itemsize] = np.full(400, value, dtype=dtype).tobytes()
+
+
+def _as_format_1(edit):
+    from fuzz_files import as_format_1
+
+    def edited(index, data):
+        new, new_data = as_format_1(index, data)
+        index.clear()
+        index.update(new)
+        data[:] = new_data
+        edit(index, data)
+    return edited
+
+
+def _shard(**changes):
+    def edit(index, data):
+        index["shards"][0].update(changes)
+    return edit
+
+
+def _second_shard_same_bytes(index, data):
+    index["shards"].append({**index["shards"][0], "path": index["shards"][0]["path"] + ".copy"})
+
+
+def _overlapping(index, data):
+    shard = index["shards"][0]
+    shard["flags_offset"] = shard["ids_offset"] + 2
+
+
+# (name, edit of the index and data of the cache-backed save_dir, what the one line says): the cases of issue 46,
+# each with its checksums made valid again and the record_infos' cache size updated, as a crafted save_dir has them.
+CRAFTED_CACHES = [
+    ("negative ids, format 1", _as_format_1(lambda index, data: _vocab_ids(index, data, -5)),
+     r"token 100 of .*emma.txt is id -5, outside the vocabulary \[0, \d+\)"),
+    ("int32 ids of 2e9, format 1", _as_format_1(lambda index, data: _vocab_ids(index, data, 2 * 10 ** 9)),
+     r"token 100 of .*emma.txt is id 2000000000, outside the vocabulary"),
+    ("uint16 ids past the vocabulary", lambda index, data: _vocab_ids(index, data, 60000),
+     r"token 100 of .*emma.txt is id 60000, outside the vocabulary"),
+    ("chunk_tokens -1", lambda index, data: index.update(chunk_tokens=-1),
+     r"chunk_tokens -1 is not a chunk size"),
+    ("chunk_tokens 0", lambda index, data: index.update(chunk_tokens=0), r"chunk_tokens 0 is not a chunk size"),
+    ("tokens negative", _shard(tokens=-3), r"shard 0: tokens -3 is not a count of at least 1"),
+    ("tokens 10^12", _shard(tokens=10 ** 12), r"shard 0: its ids \(offset 0, 1000000000000 tokens\) do not lie "
+                                              r"inside the data file"),
+    ("word starts named but absent", lambda index, data: index.update(word_starts=True),
+     r"shard 0: its starts \(offset None, \d+ tokens\) do not lie inside"),
+    ("negative offset", _shard(flags_offset=-8), r"shard 0: its flags \(offset -8, \d+ tokens\) do not lie inside"),
+    ("overlapping regions", _overlapping, r"the ids of .*emma.txt and the flags of .*emma.txt overlap"),
+    ("two shards the same bytes", _second_shard_same_bytes, r"the ids of .*emma.txt and the ids of .*copy overlap"),
+    ("an id type create never writes", lambda index, data: index.update(ids="<i8"),
+     r"ids '<i8' is not an id type create writes in format 2"),
+    ("format 0", lambda index, data: index.update(format=0), r"format 0 is not a token cache format"),
+]
+
+
+def craft_cache(save_dir, tmp_path, name, edit):
+    """A copy of the cache-backed save_dir whose token cache `edit(index dict, data bytearray)` changed, its
+    checksums and the record_infos' cache reference made to match (tests/fuzz_files.py)."""
+    import json
+    import shutil
+
+    from fuzz_files import recompute_crcs, write_cache_mutant
+    copy = tmp_path / name.replace(" ", "_").replace(",", "")
+    shutil.copytree(save_dir, copy)
+    (index_path,) = (copy / "token_cache").glob("*.json")
+    index, data = json.loads(index_path.read_text()), bytearray(index_path.with_suffix(".bin").read_bytes())
+    edit(index, data)
+    recompute_crcs(index, data)
+    infos = {str(path): json.loads(path.read_text()) for path in (copy / "tfrecords").glob("record_info-*.json")}
+    write_cache_mutant(str(copy), index, bytes(data), infos)
+    return copy, index_path
+
+
+@pytest.mark.parametrize("name, edit, said", CRAFTED_CACHES, ids=[case[0] for case in CRAFTED_CACHES])
+def test_a_crafted_token_cache_is_one_line_in_dump_and_train_gpu_before_any_compiled_read(both, tmp_path, name, edit,
+                                                                                        said):
+    """Issue 46: before, negative ids crashed both (SIGSEGV in is_start[ids[k]]), chunk_tokens -1 printed
+    uninitialised memory, the others were tracebacks or read as if fine. Now each is refused by the library calls
+    of dump (the records of the selection) and of train_gpu (the run's checks, then its input pipeline), with the
+    line that names the file."""
+    from xlnet_data.common.errors import UserError
+    from xlnet_data.dataformat.selection import SelectionConfig, select
+    crafted, index_path = craft_cache(both[1], tmp_path, name, edit)
+    where = re.escape(str(crafted / "token_cache"))
+    want = rf"{where}/tokens-.*\.(json: the token cache's index is damaged \(|bin: ){said}"
+    with pytest.raises(UserError) as dumped:
+        for _ in select(SelectionConfig((str(crafted),))).decoded():
+            pass
+    assert re.match(want, str(dumped.value)), str(dumped.value)
+    with pytest.raises(UserError) as trained:
+        T.train(config(str(crafted), str(tmp_path / "m"), train_steps=2, iterations=1))
+    assert re.search(want, str(trained.value)), str(trained.value)
+
+
+def test_negative_ids_in_a_cache_are_one_line_and_exit_2_from_the_dump_and_train_gpu_commands(both, tmp_path):
+    """The issue's SIGSEGV (exit -11), through the commands as a user runs them."""
+    from conftest import run_module
+    from test_train import TINY_SHAPE
+    name, edit, said = CRAFTED_CACHES[0]
+    crafted, _ = craft_cache(both[1], tmp_path, name, edit)
+    for program, result in (("dump", run_module("xlnet_data.dump", crafted, "--stats")),
+                            ("train", run_module("xlnet_data.train_gpu", f"--record_info_dir={crafted}",
+                                                 f"--model_dir={tmp_path / 'm'}", "--train_steps=2", *TINY_SHAPE))):
+        last = result.stderr.strip().splitlines()[-1]
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert re.match(rf"{program}: error: .*tokens-.*\.bin: {said}", last), last
+        assert program == "train" or not result.stdout, result.stdout[:3000]

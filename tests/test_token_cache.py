@@ -37,9 +37,9 @@ def test_shards_are_flipped_so_that_files_never_merge_sentences(tmp_path, sample
     id_file(tmp_path / "c.txt", [[6, 7]])               # True, True
     config, key = encode_files(tmp_path, sample_spm, [str(tmp_path / n) for n in ("a.txt", "b.txt", "c.txt")])
     index = token_cache.read_index(config.save_dir, 0, key)
-    ids, flags, _ = token_cache.read_stream(config.save_dir, index, [0, 1, 2])
+    ids, flags, _ = token_cache.read_stream(config.save_dir, index, [0, 1, 2], 1000)
     assert ids.tolist() == [1, 2, 3, 4, 5, 6, 7] and flags.tolist() == [True, False, True, True, False, True, True]
-    ids, flags, _ = token_cache.read_stream(config.save_dir, index, [2, 0, 1])  # c ends True, a starts True: a flipped
+    ids, flags, _ = token_cache.read_stream(config.save_dir, index, [2, 0, 1], 1000)  # c ends True, a starts True: a flipped
     assert ids.tolist() == [6, 7, 1, 2, 3, 4, 5]
     assert flags.tolist() == [True, True, False, True, False, False, True]
 
@@ -65,7 +65,7 @@ def test_read_stream_equals_the_files_concatenated_at_any_bit_offset(tmp_path, s
         want_ids += np.concatenate(shards[i].ids).tolist()
         want_flags += flags.tolist()
         prev_last = flags[-1]
-    ids, flags, _ = token_cache.read_stream(config.save_dir, index, order)
+    ids, flags, _ = token_cache.read_stream(config.save_dir, index, order, 1000)
     assert ids.tolist() == want_ids and flags.tolist() == want_flags
     data_path, _ = save_dir.token_cache_paths(config.save_dir, 0, key)
     tokens = len(want_ids)
@@ -93,7 +93,7 @@ def test_a_task_encoded_in_memory_gives_the_stream_and_counts_of_its_cache(tmp_p
         assert encoded.index.shards == [{k: v for k, v in shard.items() if not k.endswith(("_offset", "_crc32c"))}
                                         for shard in index.shards]
         ids, flags, _ = encoded.stream(order)
-        want_ids, want_flags, _ = token_cache.read_stream(config.save_dir, index, order)
+        want_ids, want_flags, _ = token_cache.read_stream(config.save_dir, index, order, 1000)
         assert ids.tolist() == want_ids.tolist() and flags.tolist() == want_flags.tolist()
 
 

@@ -219,7 +219,11 @@ def vocabulary_difference(path_a: str, path_b: str):
     pieces = []
     for path in (path_a, path_b):
         with fileio.open_read(path) as f:
-            pieces.append([piece for piece, _, _ in read_model_proto(f.read()).pieces])
+            data = f.read()
+        try:
+            pieces.append([piece for piece, _, _ in read_model_proto(data).pieces])
+        except ValueError as err:
+            raise VocabError(f"{path} is not a SentencePiece model: {err}") from None
     a, b = pieces
     if len(a) != len(b):
         return f"{len(a)} pieces in {path_a}, {len(b)} in {path_b}"

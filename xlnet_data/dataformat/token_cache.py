@@ -68,8 +68,9 @@ class CacheIndex:
 
 def read_index(save_dir: str, task: int, key: str) -> Optional[CacheIndex]:
     """The index of the task's complete cache under `key`, or None when there is none; TokenCacheError for a
-    cache of a newer format, or an index that cannot be read (cut short, emptied, edited)."""
-    _, index_path = token_cache_paths(save_dir, task, key)
+    cache of a newer format, or an index that cannot be read (cut short, emptied, edited) or whose fields do not
+    fit its data file (checked_index)."""
+    data_path, index_path = token_cache_paths(save_dir, task, key)
     if not fileio.exists(index_path):
         return None
     try:
@@ -80,11 +81,91 @@ def read_index(save_dir: str, task: int, key: str) -> Optional[CacheIndex]:
     except (ValueError, AttributeError, KeyError, TypeError) as err:
         raise TokenCacheError(f"{index_path}: the token cache's index is damaged ({type(err).__name__}: {err}); "
                               "delete the token_cache folder and run the same create again") from None
-    if version > CACHE_FORMAT:
+    if _is_count(version) and version > CACHE_FORMAT:
         raise TokenCacheError(f"{index_path}: token cache format {version} is newer than this xlnet-data reads "
                               f"({CACHE_FORMAT}); upgrade xlnet-data, or delete the token_cache folder and run create "
                               "again")
-    return CacheIndex(*fields)
+    if not fileio.exists(data_path):
+        raise TokenCacheError(f"{index_path}: the token cache's data file {data_path} is missing; delete the "
+                              "token_cache folder and run the same create again")
+    return checked_index(CacheIndex(*fields), (task, key), fileio.size(data_path), index_path)
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def region_bytes(index: CacheIndex, name: str, tokens: int) -> int:
+    """The bytes of a region (REGIONS) of `tokens` tokens in the file: ids, or bits packed eight to a byte."""
+    return tokens * np.dtype(index.ids).itemsize if name == "ids" else (tokens + 7) // 8
+
+
+def read_regions(index: CacheIndex):
+    """The regions read back from each shard (the word starts where the index says it has them)."""
+    return REGIONS if index.word_starts else REGIONS[:2]
+
+
+def index_problem(index: CacheIndex, names: tuple, data_bytes: int) -> Optional[str]:
+    """What in an index (its fields as read from the file) the readers cannot trust, or None: every count,
+    offset and checksum list is checked here, before any of them sizes an array or a read, so that a crafted
+    index ends in one line instead of a wrong read (`names`: the task and key its file name says)."""
+    if not _is_count(index.format) or index.format < 1:
+        return f"format {index.format!r} is not a token cache format"
+    if index.ids not in (("<i4",) if index.format == 1 else ("<u2", "<i4")):
+        return f"ids {index.ids!r} is not an id type create writes in format {index.format}"
+    if not _is_count(index.chunk_tokens) or index.chunk_tokens < 1:
+        return f"chunk_tokens {index.chunk_tokens!r} is not a chunk size (at least 1)"
+    if not isinstance(index.word_starts, bool):
+        return f"word_starts {index.word_starts!r} is not true or false"
+    if (index.task, index.key) != names:
+        return f"task {index.task!r} and key {index.key!r} are not those of its file name"
+    if not _is_count(index.skipped_files) or not isinstance(index.shards, list):
+        return "skipped_files or shards is not what create writes"
+    spans = []
+    for number, shard in enumerate(index.shards):
+        problem = _shard_problem(index, shard, data_bytes, spans)
+        if problem:
+            return f"shard {number}: {problem}"
+    spans.sort()
+    for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
+        if begin < end:
+            return f"the {first} and the {second} overlap in the data file"
+    return None
+
+
+def _shard_problem(index: CacheIndex, shard, data_bytes: int, spans: list) -> Optional[str]:
+    """index_problem's checks of one shard entry; appends its regions' (begin, end, name) to `spans`."""
+    if not isinstance(shard, dict) or not isinstance(shard.get("path"), str):
+        return "not an entry with a path"
+    tokens = shard.get("tokens")
+    if not _is_count(tokens) or tokens < 1:  # create leaves a file without tokens out (skipped_files)
+        return f"tokens {tokens!r} is not a count of at least 1"
+    for key in ("lines", "invalid_utf8_lines", "chars", "unk", "marks", "arabic_marks"):
+        if key in shard and not _is_count(shard[key]):
+            return f"{key} {shard[key]!r} is not a count"
+    chunks = -(-tokens // index.chunk_tokens)
+    for name in read_regions(index):
+        begin, crcs = shard.get(f"{name}_offset"), shard.get(f"{name}_crc32c")
+        end = begin + region_bytes(index, name, tokens) if _is_count(begin) else None
+        if end is None or end > data_bytes:
+            return (f"its {name} (offset {begin!r}, {tokens} tokens) do not lie inside the data file of "
+                    f"{data_bytes} bytes")
+        if crcs is None and index.format >= 2:
+            return f"no CRC-32C list for its {name}"
+        if crcs is not None and (not isinstance(crcs, list) or len(crcs) != chunks
+                                 or not all(_is_count(crc) and crc < 1 << 32 for crc in crcs)):
+            return f"its {name} need {chunks} CRC-32C values (one a chunk of {index.chunk_tokens} tokens)"
+        spans.append((begin, end, f"{name} of {shard['path']}"))
+    return None
+
+
+def checked_index(index: CacheIndex, names: tuple, data_bytes: int, index_path: str) -> CacheIndex:
+    """`index` when index_problem finds nothing in it, else TokenCacheError naming the file and the field."""
+    problem = index_problem(index, names, data_bytes)
+    if problem:
+        raise TokenCacheError(f"{index_path}: the token cache's index is damaged ({problem}); delete the "
+                              "token_cache folder and run the same create again")
+    return index
 
 
 def index_json(index: CacheIndex, files) -> dict:
@@ -179,10 +260,23 @@ def _read_region(f, index: CacheIndex, shard: dict, name: str, data_path: str):
         yield begin, buf if name == "ids" else np.unpackbits(buf, count=count).view(bool)
 
 
-def read_stream(save_dir: str, index: CacheIndex, order):
+def check_ids(chunk: np.ndarray, vocab_size: int, data_path: str, shard: dict, begin: int) -> None:
+    """TokenCacheError when a chunk of a shard's ids (from token `begin`) holds an id outside [0, vocab_size): the
+    compiled loops index tables with them (examples/loop.py: is_start[ids[k]]), so they are checked before that,
+    a chunk at a time (two reductions: the cost of a copy)."""
+    low, high = (int(chunk.min()), int(chunk.max())) if chunk.size else (0, 0)
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        at = begin + int(np.flatnonzero(chunk == bad)[0])
+        raise TokenCacheError(f"{data_path}: token {at} of {shard['path']} is id {bad}, outside the vocabulary "
+                              f"[0, {vocab_size}) of its SentencePiece model: the token cache is damaged or not this "
+                              "model's; delete it (or the token_cache folder) and run create again")
+
+
+def read_stream(save_dir: str, index: CacheIndex, order, vocab_size: int):
     """The task's stream with the shards in `order`: (ids int32, sent_ids bool, word starts bool or None where the
     cache has none), a shard whose first flag equals the previous shard's last flag inverted whole, so that a
-    sentence boundary falls between files."""
+    sentence boundary falls between files. Every id is checked to lie in [0, vocab_size) (check_ids)."""
     data_path, _ = token_cache_paths(save_dir, index.task, index.key)
     ids = np.empty(index.tokens, dtype=np.int32)
     sent_ids = np.empty(index.tokens, dtype=bool)
@@ -191,9 +285,11 @@ def read_stream(save_dir: str, index: CacheIndex, order):
     with fileio.open_read(data_path) as f:
         for i in order:
             shard = index.shards[i]
-            for name, out in (("ids", ids), ("starts", word_starts)):
-                for begin, chunk in _read_region(f, index, shard, name, data_path) if out is not None else ():
-                    out[pos + begin:pos + begin + chunk.size] = chunk
+            for begin, chunk in _read_region(f, index, shard, "ids", data_path):
+                check_ids(chunk, vocab_size, data_path, shard, begin)
+                ids[pos + begin:pos + begin + chunk.size] = chunk
+            for begin, chunk in _read_region(f, index, shard, "starts", data_path) if index.word_starts else ():
+                word_starts[pos + begin:pos + begin + chunk.size] = chunk
             end = pos + shard["tokens"]
             put_flags(sent_ids[pos:end], (flags for _, flags in _read_region(f, index, shard, "flags", data_path)),
                       prev_last)
@@ -208,7 +304,7 @@ def verify(save_dir: str, index: CacheIndex) -> None:
     data_path, _ = token_cache_paths(save_dir, index.task, index.key)
     with fileio.open_read(data_path) as f:
         for shard in index.shards:
-            for name in REGIONS[:3 if index.word_starts else 2]:
+            for name in read_regions(index):
                 for _ in _read_region(f, index, shard, name, data_path):
                     pass
 

@@ -11,6 +11,7 @@ import numpy as np
 import sentencepiece as spm
 
 from xlnet_data.common.errors import UserError
+from xlnet_data.dataformat import spm_model
 
 # Every id constant in the data and the model depends on these positions.
 SPECIAL_SYMBOLS = {
@@ -58,13 +59,15 @@ def load_sentencepiece(path):
     from xlnet_data.common import fileio
     if not fileio.exists(path) or (not fileio.is_remote(path) and not os.path.isfile(path)):
         raise VocabError(f"SentencePiece model not found: {path}")
+    with fileio.open_read(path) as f:
+        data = f.read()
+    try:  # our own checks first: an older sentencepiece walks a damaged charsmap out of its array
+        spm_model.read_model_proto(data)
+    except spm_model.ModelFormatError as err:
+        raise VocabError(f"cannot load SentencePiece model {path}: {err}") from None
     sp = spm.SentencePieceProcessor()
     try:
-        if fileio.is_remote(path):  # SentencePiece reads local files only
-            with fileio.open_read(path) as f:
-                sp.load_from_serialized_proto(f.read())
-        else:
-            sp.load(path)
+        sp.load_from_serialized_proto(data)
     except (OSError, RuntimeError) as err:
         raise VocabError(f"cannot load SentencePiece model {path}: {str(err).splitlines()[0]}") from None
     wrong = special_id_mismatches(sp)

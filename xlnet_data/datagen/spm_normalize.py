@@ -16,6 +16,7 @@ import dataclasses
 import numpy as np
 
 from xlnet_data.common import compiled
+from xlnet_data.dataformat import spm_model
 from xlnet_data.dataformat.spm_model import USER_DEFINED
 from xlnet_data.datagen import tries
 from xlnet_data.datagen.utf8_lines import code_point_2, code_point_3
@@ -279,6 +280,7 @@ def _charsmap_arrays(charsmap: bytes):
         units = np.full(256, 1 << 31, dtype=np.uint32)
         units[0] = 0
         return units, np.zeros(1, dtype=np.uint8), np.zeros(1, dtype=np.int64)
+    spm_model.check_charsmap(charsmap)  # read_model_proto's check, again for a model made in memory: the walks trust it
     size = int(np.frombuffer(charsmap[:4], dtype="<u4")[0])
     units = np.frombuffer(charsmap[4:4 + size], dtype="<u4").astype(np.uint32)
     replacements = np.frombuffer(charsmap[4 + size:] + b"\0", dtype=np.uint8).copy()

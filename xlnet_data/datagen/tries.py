@@ -11,6 +11,7 @@ from the sorted keys, first fit over a list of the free slots.
 import numpy as np
 
 from xlnet_data.common import compiled
+from xlnet_data.dataformat.spm_model import darts_offset
 
 BITS = 21
 MASK = (1 << BITS) - 1
@@ -175,12 +176,12 @@ def longest_key(slots, data, pos, end):
 
 
 # Darts-clone's unit: has_leaf bit 8, value the low 31 bits, label the low byte and bit 31, offset bits 10+
-# shifted by 8 where bit 9 is set.
+# shifted by 8 where bit 9 is set (spm_model.darts_offset). spm_model.charsmap_problem has checked that no walk
+# leaves the array.
 @compiled.jit(inline="always")
 def darts_root(units):
     """The node a walk of SentencePiece's Darts double array `units` (uint32) starts from."""
-    unit = np.int64(units[0])
-    return (unit >> 10) << ((unit & 512) >> 6)
+    return darts_offset(np.int64(units[0]))
 
 
 @compiled.jit(inline="always")
@@ -193,7 +194,7 @@ def darts_walk(units, node, data, pos, i, end, best_length, best_value):
         unit = np.int64(units[node])
         if (unit & 0x800000FF) != c:
             return best_length, best_value, j - pos, node
-        node ^= (unit >> 10) << ((unit & 512) >> 6)
+        node ^= darts_offset(unit)
         if (unit >> 8) & 1:
             best_length, best_value = j - pos + 1, np.int64(units[node]) & 0x7FFFFFFF
     return best_length, best_value, end - pos, node

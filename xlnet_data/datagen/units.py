@@ -81,7 +81,8 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
                         tokens=index.tokens, invalid_utf8_lines=sum(s["invalid_utf8_lines"] for s in index.shards),
                         skipped_files=index.skipped_files,
                         input_counts=record_info.input_counts(index.shards))
-    stream = encoded.stream if encoded else functools.partial(token_cache.read_stream, config.save_dir, index)
+    stream = encoded.stream if encoded else functools.partial(token_cache.read_stream, config.save_dir, index,
+                                                              vocab_size=sp.get_piece_size())
     settings = ExampleSettings.of(config)
     rows, random_state = unit_rows(settings, unit, len(index.shards), stream)
     write = functools.partial(write_unit_records, settings, rows, start_piece_table(sp), rng.numpy_state(random_state),
