@@ -18,11 +18,13 @@ READERS_LOCK = FolderLock(".read.lock", "reader (train_gpu, dump) or create --ov
 
 
 def reading(tfrecords_dirs, program):
-    """The readers' lock of the save_dir of each tfrecords dir, held shared for the block (run_lock.share)."""
+    """The readers' lock of the save_dir of each tfrecords dir, held shared for the block (run_lock.share); only
+    where create ran (its lock file is there): a folder of records from elsewhere (the goldens) is left as it is."""
     held = contextlib.ExitStack()
     try:
         for folder in sorted({save_dir.save_dir_of(d) for d in tfrecords_dirs}):
-            held.enter_context(run_lock.share(folder, READERS_LOCK, program))
+            if os.path.exists(os.path.join(folder, SAVE_DIR_LOCK.file_name)):
+                held.enter_context(run_lock.share(folder, READERS_LOCK, program))
     except BaseException:
         held.close()
         raise
