@@ -111,7 +111,8 @@ def _define_run_flags():
                         "also on a CPU; a run whose estimated peak is above it stops before any step, naming the "
                         "smallest change that fits. Default: a GPU's own memory; none on CPUs. off: no check (the plan "
                         "is an estimate: within 20% of the measured peak on CPUs, see BENCHMARKS.md).")
-    _define("float", "peak_tflops", "One device's dense peak TFLOP/s, for the MFU of the log line (default: known "
+    _define("float", "peak_tflops", "One device's dense peak TFLOP/s (a positive number), for the MFU of the log "
+            "line (default: known "
             "GPUs' from a table, bfloat16 or float32 as the run computes; no MFU on CPUs).")
     flags.DEFINE_bool("dry_run", False, "Make every check the run makes before its first step (records, held-out "
                       "records, the plan: parameters, FLOPs, tokens, memory; model_dir and the checkpoint it resumes "
