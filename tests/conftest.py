@@ -94,3 +94,17 @@ def sample_spm(tmp_path_factory):
     config = tokenizer.SpmTrainConfig(input_files=tuple(sorted(map(str, SAMPLE_CORPUS.glob("*.txt")))),
                                       model_prefix=prefix, vocab_size=1000, num_threads=2, uncased=False)
     return tokenizer.train_sentencepiece(config)
+
+
+@pytest.fixture(scope="session")
+def other_spm(tmp_path_factory):
+    """Another SentencePiece model (of another vocabulary size, 500, on the first 1,000 lines of Emma): records of
+    two models must never meet in one run or one save_dir."""
+    from xlnet_data.datagen import tokenizer
+    folder = tmp_path_factory.mktemp("other_spm")
+    text = folder / "emma.txt"
+    text.write_text("\n".join((SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:1000]) + "\n")
+    config = tokenizer.SpmTrainConfig(input_files=(str(text),), model_prefix=str(folder / "other.v500"),
+                                      vocab_size=500, num_threads=2, uncased=False)
+    return tokenizer.train_sentencepiece(config)
+

@@ -81,6 +81,13 @@ def test_a_bad_device_memory_is_refused():
         costs.parse_bytes("16 gigs")
 
 
+@pytest.mark.parametrize("text", ["0GB", "0", "0.0 GiB", "0.4"])
+def test_a_device_memory_of_no_bytes_is_refused_not_taken_for_off(text):
+    """Issue 43: --device_memory=0GB turned the check off unsaid; `off` is the one way to."""
+    with pytest.raises(ConfigError, match=rf"^--device_memory={text!r}: .*off"):
+        costs.parse_bytes(text)
+
+
 def test_known_gpus_peaks_by_name():
     assert costs.peak_tflops("NVIDIA A100-SXM4-80GB", bfloat16=True) == 312.0
     assert costs.peak_tflops("NVIDIA A10", bfloat16=False) == 31.2

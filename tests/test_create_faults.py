@@ -398,3 +398,39 @@ def test_spm_train_on_a_full_disk_names_the_file_and_leaves_nothing(small_disk):
     assert line in (f"spm_train: error: {prefix}.model: No space left on device",
                     f"spm_train: error: {prefix}.vocab: No space left on device")
     assert os.listdir(small_disk / "spm") == []  # no model, no vocab, no temporary file
+
+
+# ----- splits of two SentencePiece models (issue 43) ---------------------------------------------------
+
+def _in_process_create(spm, text, save_dir, split, overwrite=False):
+    from xlnet_data.datagen.config import CreateConfig
+    from xlnet_data.datagen.job import create_records
+    config = CreateConfig(input_glob=str(text), sp_path=str(spm), save_dir=str(save_dir), bsz_per_host=4,
+                          num_core_per_host=1, seq_len=64, reuse_len=32, num_predict=10, split=split)
+    return create_records(config.validate(), overwrite=overwrite, num_workers=1)
+
+
+def test_a_split_made_with_another_sentencepiece_model_is_refused_and_the_save_dir_left_as_it_was(tmp_path,
+                                                                                                  sample_spm,
+                                                                                                  other_spm):
+    """create --split=dev (with or without --overwrite) with another model than the save_dir's train units once left
+    a save_dir of two models, which train_gpu and dump then refused whole; now create refuses it before writing."""
+    from xlnet_data.common.errors import UserError
+    from xlnet_data.dataformat import provenance
+    lines = (SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()
+    for split, part in (("train", lines[:60]), ("dev", lines[60:90])):
+        (tmp_path / f"{split}.txt").write_text("\n".join(part) + "\n")
+    save_dir = tmp_path / "out"
+    _in_process_create(sample_spm, tmp_path / "train.txt", save_dir, "train")
+    only_train = {name: (save_dir / name).read_bytes() for name in listing(save_dir)}
+    with pytest.raises(UserError):
+        _in_process_create(other_spm, tmp_path / "dev.txt", save_dir, "dev")
+    assert {name: (save_dir / name).read_bytes() for name in listing(save_dir)} == only_train
+    _in_process_create(sample_spm, tmp_path / "dev.txt", save_dir, "dev")
+    both = {name: (save_dir / name).read_bytes() for name in listing(save_dir)}
+    for split, text in (("dev", "dev.txt"), ("train", "train.txt")):  # the other split's units are another model's
+        with pytest.raises(UserError) as refused:
+            _in_process_create(other_spm, tmp_path / text, save_dir, split, overwrite=True)
+        assert provenance.sha256_of(str(sample_spm)) in str(refused.value)  # the save_dir's model, named
+        assert {name: (save_dir / name).read_bytes() for name in listing(save_dir)} == both
+    _in_process_create(sample_spm, tmp_path / "dev.txt", save_dir, "dev", overwrite=True)  # the same model: redone

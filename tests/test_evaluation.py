@@ -190,3 +190,88 @@ def test_train_gpu_evaluates_each_sources_dev_split_by_default_and_says_the_best
     off = run_module("xlnet_data.train_gpu", f"--record_info_dir={train_only}", f"--model_dir={tmp_path / 'x'}",
                      "--eval_every=5")
     assert off.returncode == 2 and "--eval_every=5: no held-out records" in off.stderr.splitlines()[-1]
+
+
+# ----- issue 43: held-out records of the right model, a best of the same batches, a dry run that tells all ------
+
+@pytest.fixture(scope="module")
+def other_model_dev(other_spm, tmp_path_factory):
+    """A save_dir holding only a dev split (the same 30 lines as split_dirs') made with another SentencePiece model
+    (of 500 pieces)."""
+    text = tmp_path_factory.mktemp("other_text") / "emma.txt"
+    text.write_text("\n".join((SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[40:70]) + "\n")
+    out = tmp_path_factory.mktemp("other_dev") / "other"
+    _create(other_spm, text, out, "dev", True)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def evaluated_model_dir(split_dirs, tmp_path_factory):
+    """A model_dir of 2 steps that evaluated 2 dev batches at step 2 (its best)."""
+    cfg = with_eval(tiny_config(split_dirs[0], tmp_path_factory.mktemp("evaluated") / "model", train_steps=2,
+                                iterations=2, mem_len=0), eval_every=2, eval_batches=2)
+    T.train(cfg)
+    return cfg
+
+
+def test_held_out_records_of_another_sentencepiece_model_are_refused_naming_both(split_dirs, other_model_dev,
+                                                                                sample_spm, other_spm, tmp_path):
+    from xlnet_data.common.errors import ConfigError
+    from xlnet_data.dataformat import provenance
+    cfg = dataclasses.replace(tiny_config(split_dirs[0], tmp_path / "model"), eval_every=1,
+                              eval_record_info_dir=f"{other_model_dev}/tfrecords")
+    for run in (T.train, T.dry_run):
+        with pytest.raises(ConfigError) as refused:
+            run(cfg)
+        assert provenance.sha256_of(other_spm) in str(refused.value)
+        assert provenance.sha256_of(sample_spm) in str(refused.value)
+        assert not (tmp_path / "model").exists()
+
+
+def test_a_resume_on_other_held_out_batches_starts_a_new_best(evaluated_model_dir, tmp_path, caplog):
+    """best.json's loss is made unbeatable (0.0, as if its held-out text were trivial): resumed on the same batches
+    the best stays; on other batches (another --eval_batches) the first evaluation is the new best, said."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(evaluated_model_dir.model_dir, model_dir)
+    best_json = model_dir / "best" / "best.json"
+    best_json.write_text(json.dumps({**json.loads(best_json.read_text()), "loss": 0.0}))
+    cfg = dataclasses.replace(evaluated_model_dir, model_dir=str(model_dir), learning_rate=0.0)
+    same = T.train(dataclasses.replace(cfg, train_steps=4))
+    assert (same.best.step, same.best.loss) == (2, 0.0)
+    with caplog.at_level(logging.WARNING, logger="xlnet_data"):
+        other = T.train(dataclasses.replace(cfg, train_steps=6, eval_batches=1))
+    assert other.best.step == 6 and other.best.loss > 0 and held_out.read_best(str(model_dir)) == other.best
+    assert other.best.measured_on["batches"] == [1]
+    assert sorted(os.listdir(model_dir / "best")) == ["best.json", "checkpoint", "model.ckpt-6.data-00000-of-00001",
+                                                      "model.ckpt-6.index"]
+    assert len([r for r in caplog.records if "new best" in r.getMessage()]) == 1
+
+
+def test_the_dry_run_counts_the_evaluations_and_makes_every_check_of_the_real_run(evaluated_model_dir, split_dirs,
+                                                                                 tmp_path):
+    from test_train_faults import _made_otherwise
+
+    from xlnet_data.common.errors import ConfigError
+    model_dir = Path(evaluated_model_dir.model_dir)
+    def contents():  # but the locks' notes of who holds them
+        return {path: path.read_bytes() for path in model_dir.rglob("*") if path.is_file() and "lock" not in path.name}
+
+    before = contents()
+    dry = T.dry_run(dataclasses.replace(evaluated_model_dir, train_steps=12, eval_every=1), steps=1, seconds=0)
+    assert (dry.start_step, dry.evaluations, dry.evaluation_batches) == (2, 10, 2)
+    assert 0 < dry.evaluation_seconds and 0 < dry.first_evaluation_seconds
+    assert dry.projected_seconds == pytest.approx(dry.first_step_seconds + 9 * dry.step_seconds
+                                                  + dry.first_evaluation_seconds + 9 * dry.evaluation_seconds)
+    # What the real run refuses before its first step, the dry run refuses too: another model shape on this
+    # model_dir, records of another SentencePiece model than its checkpoints learnt, another --seed.
+    other_records = _made_otherwise(split_dirs[0], tmp_path, "model_b", model_sha256="b" * 64)
+    refused = [dataclasses.replace(evaluated_model_dir, train_steps=4,
+                                   model=dataclasses.replace(evaluated_model_dir.model, d_inner=128)),
+               dataclasses.replace(evaluated_model_dir, train_steps=4, record_info_dir=f"{other_records}/tfrecords",
+                                   eval_every=0),
+               dataclasses.replace(evaluated_model_dir, train_steps=4, seed=7)]
+    for cfg in refused:
+        for run in (T.dry_run, T.train):
+            with pytest.raises(ConfigError):
+                run(cfg)
+    assert contents() == before

@@ -624,3 +624,64 @@ def test_dump_into_a_pipe_closed_early_exits_0_without_a_traceback(small_records
     stderr = dump.stderr.read().decode()
     assert dump.wait(timeout=120) == 0 and first
     assert "Traceback" not in stderr and "Error" not in stderr, stderr
+
+
+# ----- records pulled away while they are read (issue 43) ------------------------------------------------------
+
+def test_a_records_file_gone_mid_run_ends_it_like_a_damaged_one_after_a_checkpoint(small_records, tmp_path,
+                                                                                monkeypatch):
+    """The file is deleted at step 3; the run reads it again when its 17 steps wrap around: it stops with one
+    UserError naming the file, after a checkpoint of the steps before (it once died in TensorFlow's NotFoundError,
+    its steps lost)."""
+    from xlnet_data.common.errors import UserError
+    copy = _copy(small_records, tmp_path)
+    path = _records_file(copy)
+    report = T.report
+
+    def deleting_report(step, *args):
+        if step == 3:
+            path.unlink()
+        return report(step, *args)
+
+    monkeypatch.setattr(T, "report", deleting_report)
+    cfg = tiny_config(copy, tmp_path / "model", train_steps=40, iterations=1, mem_len=0)
+    with pytest.raises(UserError) as stopped:
+        T.train(cfg)
+    assert str(path) in str(stopped.value)
+    step = int(tf.train.load_checkpoint(str(tmp_path / "model")).get_tensor("global_step"))
+    assert 3 <= step < 40 and f"model.ckpt-{step}" in str(stopped.value)
+
+
+def _wait_for_reader(save_dir, process, program):
+    lock = Path(save_dir) / ".read.lock"
+    deadline = time.monotonic() + 300
+    while not (lock.exists() and f"{program}: pid {process.pid} " in lock.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline, f"{program} never took the readers' lock"
+        time.sleep(0.05)
+
+
+def test_create_overwrite_is_refused_while_train_gpu_or_dump_reads_the_save_dir(small_records, sample_spm, tmp_path):
+    from test_train import RECORD_FLAGS
+    copy = _copy(small_records, tmp_path)
+    before = _records_file(copy).read_bytes()
+    text = tmp_path / "emma.txt"
+    text.write_text("\n".join((SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:20]) + "\n")
+    overwrite = (f"--input_glob={text}", f"--sp_path={sample_spm}", f"--save_dir={copy}", *RECORD_FLAGS,
+                 "--num_workers=1", "--overwrite")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    readers = [("train_gpu", lambda: _popen_train(*_train_args(copy, tmp_path / "model", "--train_steps=100000",
+                                                               "--save_steps=100000"))),
+               ("dump", lambda: subprocess.Popen([sys.executable, "-m", "xlnet_data.dump", str(copy)], env=env,
+                                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))]  # unread: blocks
+    for program, start in readers:
+        reader = start()
+        try:
+            _wait_for_reader(copy, reader, program)
+            refused = run_module("xlnet_data.create", *overwrite)
+            line = _one_line(refused, "create", 2)
+            assert f"{program}: pid {reader.pid} " in line, line
+            assert reader.poll() is None  # the reader reads on
+        finally:
+            reader.kill()
+            reader.communicate()
+        assert _records_file(copy).read_bytes() == before

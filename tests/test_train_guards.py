@@ -117,6 +117,11 @@ def test_a_damaged_newest_checkpoint_is_passed_over_and_the_resumed_run_equals_a
 @pytest.mark.parametrize("flag, message", [
     ("--mem_len=-5", "--mem_len=-5 must be in [0, 65536]"),
     ("--devices=/cpu:0,/cpu:0", "--devices names /cpu:0 twice: each device holds one replica"),
+    # Issue 43: a negative or NaN peak logged an MFU of -0.0% or nan%; 0GB turned the memory check off unsaid.
+    ("--peak_tflops=-1", "--peak_tflops=-1.0 must be a positive number of TFLOP/s"),
+    ("--peak_tflops=nan", "--peak_tflops=nan must be a positive number of TFLOP/s"),
+    ("--device_memory=0GB", "--device_memory='0GB': give a size above 0 bytes, or off to plan for no device memory "
+                            "(no check)"),
 ])
 def test_a_training_flag_out_of_range_is_one_line_before_any_work(small_records, tmp_path, flag, message):
     model_dir = tmp_path / "m"
@@ -134,6 +139,9 @@ def test_a_training_flag_out_of_range_is_one_line_before_any_work(small_records,
     (dict(seed=-1), "--seed=-1 must be in [0, 2**63)"),
     (dict(train_steps=10**12), "--train_steps=1000000000000 must be at most"),
     (dict(devices=("gpu0",)), "--devices: 'gpu0' is not a device name"),
+    (dict(peak_tflops=0.0), "--peak_tflops=0.0 must be a positive number"),
+    (dict(peak_tflops=float("inf")), "--peak_tflops=inf must be a positive number"),
+    (dict(device_memory=-5), "device_memory=-5 must be a number of bytes >= 0 (0: no check)"),
 ])
 def test_more_training_flags_out_of_range(small_records, tmp_path, changes, message):
     with pytest.raises(ConfigError) as refused:

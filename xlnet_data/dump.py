@@ -52,6 +52,7 @@ from xlnet_data.dataformat.inspection import (
 from xlnet_data.dataformat.selection import InspectionError, Selection, SelectionConfig, select
 from xlnet_data.dataformat.stats import UnkCounter, WordCounter, compute_stats, format_stats, plot_stats, table_starts
 from xlnet_data.dataformat.words import WordStarts
+from xlnet_data.datagen import save_dir_lock
 
 # =====================================================================================
 # The command line (absl flags live only here).
@@ -141,7 +142,9 @@ def main(argv):
         chosen = select(config.selection)
         for warning in chosen.warnings:
             print(f"warning: {warning}", file=err)
-        failing = _show_stats(config, chosen, out, err) if config.stats else _show_examples(config, chosen, out)
+        # While it reads, no create --overwrite pulls the records away (it is refused, naming this dump).
+        with save_dir_lock.reading({os.path.dirname(os.path.abspath(path)) for path in chosen.files}, "dump"):
+            failing = _show_stats(config, chosen, out, err) if config.stats else _show_examples(config, chosen, out)
         return 1 if config.strict and failing else 0
     except BrokenPipeError:  # the reader went away (`dump ... | head`): stop quietly (cli.run fails an OSError)
         devnull = os.open(os.devnull, os.O_WRONLY)

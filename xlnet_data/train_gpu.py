@@ -111,10 +111,13 @@ def _define_run_flags():
                         "also on a CPU; a run whose estimated peak is above it stops before any step, naming the "
                         "smallest change that fits. Default: a GPU's own memory; none on CPUs. off: no check (the plan "
                         "is an estimate: within 20% of the measured peak on CPUs, see BENCHMARKS.md).")
-    _define("float", "peak_tflops", "One device's dense peak TFLOP/s, for the MFU of the log line (default: known "
+    _define("float", "peak_tflops", "One device's dense peak TFLOP/s (a positive number), for the MFU of the log "
+            "line (default: known "
             "GPUs' from a table, bfloat16 or float32 as the run computes; no MFU on CPUs).")
-    flags.DEFINE_bool("dry_run", False, "Print the plan (parameters, FLOPs, tokens, memory), time --dry_run_steps "
-                      "steps after the first and project the wall time to --train_steps; writes nothing to "
+    flags.DEFINE_bool("dry_run", False, "Make every check the run makes before its first step (records, held-out "
+                      "records, the plan: parameters, FLOPs, tokens, memory; model_dir and the checkpoint it resumes "
+                      "from), time --dry_run_steps steps after the first and one held-out evaluation, and project the "
+                      "wall time to --train_steps (steps and evaluations; not checkpoints); writes nothing to "
                       "--model_dir.")
     flags.DEFINE_integer("dry_run_steps", 5, "--dry_run: steps timed after the first (tracing, compiling), at least.",
                          lower_bound=1)
@@ -318,9 +321,14 @@ def _dry_run(dry, config) -> int:
     print(f"dry run: the first step {dry.first_step_seconds:.1f} s after start (start-up, tracing, compiling), then "
           f"{dry.step_seconds:.3g} s per step (mean of {dry.timed_steps}), {dry.cost.tokens / dry.step_seconds:,.0f} "
           f"tok/s, {dry.cost.flops / dry.step_seconds / 1e12:.3g} TFLOP/s")
+    evaluations = (f"{dry.evaluations} held-out evaluation(s) of {dry.evaluation_batches} batch(es) (the first "
+                   f"{dry.first_evaluation_seconds:.3g} s" + (f", then {dry.evaluation_seconds:.3g} s each)"
+                                                             if dry.evaluations > 1 else ")")
+                   if dry.evaluations else "no held-out evaluation (none in this run)")
     print(f"projected: {left:,} steps (from step {dry.start_step} to --train_steps={config.train_steps}) in "
           f"{costs.duration(dry.projected_seconds)} ({dry.projected_seconds:,.0f} s), {left * dry.cost.tokens:,} tokens; "
-          f"not counted: {saves} checkpoint(s) of {costs.gb(12 * params)}")
+          f"counted: the start-up, the steps, {evaluations}; not counted: {saves} checkpoint(s) of "
+          f"{costs.gb(12 * params)}")
     print(f"dry run: nothing written to {config.model_dir}")
     return 0
 

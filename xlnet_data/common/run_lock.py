@@ -47,10 +47,10 @@ def _holder(path):
         return "unknown holder"
 
 
-def _lock(fd, path, folder, lock: FolderLock):
+def _lock(fd, path, folder, lock: FolderLock, kind=fcntl.LOCK_EX):
     """Takes the lock on `fd` (of `path`) or raises FolderBusy; False where the filesystem has no locks."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
     except BlockingIOError:
         raise FolderBusy(f"{folder} is in use by another {lock.program} run ({_holder(path)}); wait for it to end, "
                          f"or use another {lock.flag}") from None
@@ -90,12 +90,37 @@ def hold(folder, lock: FolderLock):
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by worker processes (PEP 446)
     try:
         if _lock(fd, path, folder, lock):
-            started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-            # Only a note for the message of a second run: on a full disk the lock holds without it, and the
-            # run's first real output names the file it could not write.
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-                os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {started}\n".encode())
+            _note(fd, "")
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _note(fd, program):
+    """Who holds the lock, for the message of a run refused: only a note (on a full disk the lock holds without
+    it, and the run's first real output names the file it could not write)."""
+    started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{program}pid {os.getpid()} on {socket.gethostname()}, started {started}\n".encode(), 0)
+
+
+@contextlib.contextmanager
+def share(folder, lock: FolderLock, program: str):
+    """A reader's hold on `folder` for the block: `lock` taken shared, so that readers read side by side and a
+    `hold` of the same lock (a run that would pull their files away) is refused while they read; FolderBusy at once
+    while one holds it. Nothing is held where no lock file can be made (a remote or read-only folder)."""
+    path = os.path.join(folder, lock.file_name)
+    fd = None
+    if not fileio.is_remote(folder) and os.path.isdir(folder):
+        for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
+            with contextlib.suppress(OSError):
+                fd = os.open(path, flags, 0o644)
+                break
+    try:
+        if fd is not None and _lock(fd, path, folder, lock, fcntl.LOCK_SH):
+            _note(fd, f"{program}: ")  # the latest reader's, where several read
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)

@@ -18,6 +18,7 @@ file is not record_bytes long (cut short, or rewritten) is redone, with a warnin
 
 import functools
 import hashlib
+import json
 import logging
 from typing import Optional
 
@@ -99,6 +100,24 @@ def records_cut_short(record_path, recorded: dict) -> Optional[str]:
     if actual != expected:
         return f"{record_path} is {actual} bytes, its record_info says {expected}"
     return None
+
+
+def made_from_identity(tfrecords_dirs: list[str], split: Optional[str] = None) -> str:
+    """What the units of `tfrecords_dirs` (in order; of `split` only, where given) were made from, wherever they are
+    now: a sha256 of their record_infos' made_from (each input file's size and content hash, or its mtime where too
+    large to hash; the SentencePiece model's sha256), without their paths; "" where a unit records none (an older
+    create) or there is none."""
+    made = []
+    for tfrecords_dir in tfrecords_dirs:
+        for path, unit in unit_files(tfrecords_dir):
+            if split is not None and getattr(save_dir.parse_name(path), "split", None) != split:
+                continue
+            recorded = unit.get(MADE_FROM) or {}
+            files = sorted(f"{f.get('size')} {f.get('sha256') or f.get('mtime_ns')}" for f in recorded.get("files", []))
+            made.append([recorded.get("model_sha256"), files] if recorded else None)
+    if not made or None in made:
+        return ""
+    return hashlib.sha256(json.dumps(made).encode()).hexdigest()
 
 
 def unit_files(tfrecords_dir) -> list[tuple[str, dict]]:

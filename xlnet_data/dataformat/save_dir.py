@@ -131,6 +131,12 @@ def tfrecords_dir(path: str) -> str:
     return inner if os.path.isdir(inner) else path
 
 
+def save_dir_of(tfrecords_dir: str) -> str:
+    """The save_dir above a tfrecords/ folder (a folder of records given as such: itself)."""
+    path = os.path.abspath(tfrecords_dir)
+    return os.path.dirname(path) if os.path.basename(path) == TFRECORDS else path
+
+
 def token_cache_paths(save_dir: str, task: int, key: str) -> tuple[str, str]:
     """(tokens, index) of a task's token cache; `key` names what the tokens were made from (create's encode stage)."""
     base = os.path.join(save_dir, TOKEN_CACHE, f"tokens-{task}.{key}")

@@ -1,5 +1,6 @@
 """A whole `create` run as one call: check and plan, write corpus_info.json, run the units, sum them up."""
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -120,8 +121,14 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
     # Absolute before the plan lists the files: a Beam or cluster worker has another working directory.
     config = config.with_absolute_paths()
     run_lock.refuse_if_busy(config.save_dir, save_dir_lock.SAVE_DIR_LOCK)  # first: what a busy save_dir holds is in flux
+    # A run that removes records (--overwrite; --nowrite_records replaces them) waits for no reader: a train_gpu or
+    # dump reading the save_dir refuses it, and while it runs none starts.
+    removes = overwrite or not config.write_records
+    if removes:
+        run_lock.refuse_if_busy(config.save_dir, save_dir_lock.READERS_LOCK)
     _check_before_locking(config, overwrite)
-    with run_lock.hold(config.save_dir, save_dir_lock.SAVE_DIR_LOCK):
+    with run_lock.hold(config.save_dir, save_dir_lock.SAVE_DIR_LOCK), \
+            (run_lock.hold(config.save_dir, save_dir_lock.READERS_LOCK) if removes else contextlib.nullcontext()):
         plan = make_plan(config, overwrite, keep_cache)  # again: another run may have ended meanwhile
         save_dir_lock.remove_stale_temporaries(config.save_dir)
         prepare_save_dir(config, plan, overwrite)

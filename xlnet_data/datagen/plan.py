@@ -140,6 +140,22 @@ def _check_units(config, paths, model_sha256):
                               "the inputs)")
 
 
+def _check_other_splits_model(config, model_sha256):
+    """CreateError when a unit of another split in save_dir (one this run keeps, even with --overwrite) was made
+    with another SentencePiece model: a save_dir of two models' ids is refused whole by train_gpu and dump.
+    Refused rather than replaced whole: the other split's units may be days of create that this command never
+    named."""
+    folder = os.path.join(config.save_dir, save_dir.TFRECORDS)
+    for info_path, info in provenance.unit_files(folder):
+        parsed = save_dir.parse_name(info_path)
+        theirs = (info.get(provenance.MADE_FROM) or {}).get("model_sha256")
+        if parsed is None or parsed.split in (None, config.split) or theirs in (None, model_sha256):
+            continue
+        raise CreateError(f"{config.save_dir}'s {parsed.split} units were made with another SentencePiece model "
+                          f"(sha256 {theirs} in {info_path}; --sp_path={config.sp_path}: {model_sha256}): one "
+                          f"save_dir holds the ids of one model; use that model, or another --save_dir")
+
+
 def _own_outputs_excluded(save_dir_path, paths):
     """The glob's matches without what lies in save_dir (a glob such as data/* with --save_dir=data/out)."""
     if fileio.is_remote(save_dir_path):
@@ -188,6 +204,7 @@ def make_plan(config: CreateConfig, overwrite=False, keep_cache=False) -> Plan:
     info = CorpusInfo.of(config, sp.get_piece_size())
     _check_save_dir(config.save_dir, info, overwrite)
     model_sha256 = provenance.sha256_of(config.sp_path)
+    _check_other_splits_model(config, model_sha256)
     if not overwrite:
         _check_units(config, paths, model_sha256)
     todo, task_files = [], {}  # each task's files are read once, for all its passes

@@ -1,17 +1,34 @@
 """create's side of its save_dir lock (common/run_lock.py): the lock's name, and the stale temporary files
-of killed runs, which only the holder may remove."""
+of killed runs, which only the holder may remove; and the readers' lock (train_gpu and dump hold it shared while
+they read a save_dir), which create takes whole before it removes records (--overwrite)."""
 
+import contextlib
 import logging
 import os
 import re
 
-from xlnet_data.common import fileio
+from xlnet_data.common import fileio, run_lock
 from xlnet_data.common.run_lock import FolderLock
 from xlnet_data.dataformat import save_dir
 
 log = logging.getLogger("xlnet_data")
 
 SAVE_DIR_LOCK = FolderLock(".create.lock", "create", "--save_dir")
+READERS_LOCK = FolderLock(".read.lock", "reader (train_gpu, dump) or create --overwrite", "--save_dir")
+
+
+def reading(tfrecords_dirs, program):
+    """The readers' lock of the save_dir of each tfrecords dir, held shared for the block (run_lock.share); only
+    where create ran (its lock file is there): a folder of records from elsewhere (the goldens) is left as it is."""
+    held = contextlib.ExitStack()
+    try:
+        for folder in sorted({save_dir.save_dir_of(d) for d in tfrecords_dirs}):
+            if os.path.exists(os.path.join(folder, SAVE_DIR_LOCK.file_name)):
+                held.enter_context(run_lock.share(folder, READERS_LOCK, program))
+    except BaseException:
+        held.close()
+        raise
+    return held
 _TEMP_NAME = re.compile(re.escape(fileio.TMP_MARK) + r"[0-9a-f]{8}-(?P<final>.+)")
 
 

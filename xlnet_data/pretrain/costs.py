@@ -231,7 +231,11 @@ def parse_bytes(text: str) -> int:
     if not found:
         raise ConfigError(f"--device_memory={text!r}: give a size such as 16GB, 80GiB or 512MB")
     unit = (found[3] or "").upper()
-    return int(float(found[1]) * (1 << (10 * " KMGT".index(unit))) if unit else float(found[1]))
+    size = int(float(found[1]) * (1 << (10 * " KMGT".index(unit))) if unit else float(found[1]))
+    if size < 1:  # not a quiet `off`: a size of nothing is a slip
+        raise ConfigError(f"--device_memory={text!r}: give a size above 0 bytes, or off to plan for no device memory "
+                          "(no check)")
+    return size
 
 
 def fitting_change(model: XLNetConfig, shape: StepShape, device_bytes: int) -> Optional[str]:

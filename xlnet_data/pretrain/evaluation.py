@@ -110,20 +110,33 @@ class HeldOut:
         self.labels = [held_out.source_label(group.split(",")[0]) for group in groups]
         self.probs = (sampling_probs([source_tokens(name, cfg.data) for name in cfg.sources], cfg.mix_sampling_factor)
                       if len(groups) > 1 else np.ones(1))
-        self.best = held_out.read_best(cfg.model_dir)  # a resumed run keeps the best so far
-        if self.best:
+        self.measured_on = held_out.measured_on(groups, cfg.eval_split, [e.num_batches for e in self.evaluators],
+                                                list(self.probs), cfg.run.mem_len)
+        self.best = held_out.read_best(cfg.model_dir)  # a resumed run keeps the best so far, of the same batches
+        changed = held_out.measure_changed(self.best, self.measured_on) if self.best else None
+        if changed:  # a loss of other text is no bar to beat: this run's first evaluation starts a new best
+            log.warning("the best checkpoint so far (held-out loss %.4f at step %d, %s) was measured on %s: this "
+                        "run starts a new best at its first evaluation, which replaces it", self.best.loss,
+                        self.best.step, held_out.best_dir(cfg.model_dir), changed)
+            self.best = None
+        elif self.best:
             log.info("best held-out loss so far %.4f at step %d (%s)", self.best.loss, self.best.step,
                      held_out.best_dir(cfg.model_dir))
 
     def due(self, step: int) -> bool:
         return step % self.cfg.eval_every == 0 or step == self.cfg.train_steps
 
-    def evaluate(self, step: int) -> Measure:
-        """Evaluates every source, logs and writes the numbers, keeps the checkpoint when it is the best."""
+    def measure(self) -> tuple[Measure, list[Measure]]:
+        """The mixture's numbers and each source's, with no log, summary or checkpoint (the dry run times it)."""
         measures = [evaluator.evaluate() for evaluator in self.evaluators]
         mixture = measures[0] if len(measures) == 1 else Measure(
             float(np.dot(self.probs, [m.loss for m in measures])),
             float(np.dot(self.probs, [m.accuracy for m in measures])), sum(m.tokens for m in measures))
+        return mixture, measures
+
+    def evaluate(self, step: int) -> Measure:
+        """Evaluates every source, logs and writes the numbers, keeps the checkpoint when it is the best."""
+        mixture, measures = self.measure()
         scalars = {f"held_out/{key}": value for key, value in mixture.scalars.items()}
         if len(measures) > 1:
             for label, measure in zip(self.labels, measures):
@@ -142,7 +155,7 @@ class HeldOut:
         """model_dir/best/: the weights at `step` (one checkpoint, the earlier best deleted) and best.json."""
         name = f"model.ckpt-{step}"
         self.best = held_out.Best(step, mixture.loss, name, {
-            "eval_record_info_dir": self.cfg.eval_record_info_dir, "eval_batches": self.cfg.eval_batches,
+            **self.measured_on, "eval_batches": self.cfg.eval_batches,
             "sources": {label: m.loss for label, m in zip(self.labels, measures)}})
         if not self.chief:
             return

@@ -2,7 +2,10 @@
 without) TensorFlow. The evaluation itself is evaluation.py.
 
     held_out_dirs     the held-out records of a run: the dev split beside each of its record dirs (create --split=dev)
-    BEST_DIR, Best    model_dir/best/: the checkpoint of the lowest held-out loss, and best.json (its step, loss)
+    check_same_model  held-out records of another SentencePiece model than the training records' are refused
+    evaluations       how many evaluations a run from one step to another makes (the dry run counts them)
+    BEST_DIR, Best    model_dir/best/: the checkpoint of the lowest held-out loss, and best.json (its step, loss,
+                      what it was measured on: a resume on other held-out batches starts a new best)
     read_best, best_checkpoint
 """
 
@@ -16,7 +19,7 @@ from typing import Optional
 
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import ConfigError
-from xlnet_data.dataformat import save_dir
+from xlnet_data.dataformat import provenance, save_dir, validation
 
 BEST_DIR = "best"  # model_dir/best/: outside the --max_save rotation of model_dir's own checkpoints
 BEST_JSON = "best.json"
@@ -42,10 +45,31 @@ def held_out_dirs(record_dirs: list[str], given: Optional[str], split: str = "de
     return ",".join(path for path in record_dirs if has_split(path, split))
 
 
+def check_same_model(record_dirs: list[str], eval_dirs: list[str]) -> None:
+    """ConfigError when held-out records (tfrecords dirs) were made with another SentencePiece model than the
+    training records (their record_infos' sha256): the held-out loss, and the best checkpoint chosen by it, would
+    rest on the ids of another vocabulary. Framework-free: every trainer calls it before its first step."""
+    trained = {validation.check_units_agree(d) for d in record_dirs} - {None}
+    for eval_dir in eval_dirs:
+        theirs = validation.check_units_agree(eval_dir)
+        if theirs is not None and trained and theirs not in trained:
+            raise ConfigError(f"the held-out records in {os.path.abspath(eval_dir)} were made with another "
+                              f"SentencePiece model (sha256 {theirs}) than the training records (sha256 "
+                              f"{', '.join(sorted(trained))}): their loss would be of another vocabulary's ids; make "
+                              "them with the training records' model (create --split=dev --sp_path=...), or pass "
+                              "another --eval_record_info_dir")
+
+
+def evaluations(start: int, end: int, every: int) -> int:
+    """How many evaluations a run from step `start` to `end` makes: at every multiple of `every`, and at the last."""
+    if not every or end <= start:
+        return 0
+    return end // every - start // every + (1 if end % every else 0)
+
+
 def source_label(tfrecords_dir: str) -> str:
     """A held-out source's name in the log and TensorBoard: its save_dir's folder name."""
-    path = os.path.abspath(tfrecords_dir)
-    return os.path.basename(os.path.dirname(path) if os.path.basename(path) == save_dir.TFRECORDS else path)
+    return os.path.basename(save_dir.save_dir_of(tfrecords_dir))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +84,34 @@ class Best:
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2) + "\n"
+
+
+def measured_on(eval_dirs: list[str], split: str, batches: list[int], weights: list[float], mem_len: int) -> dict:
+    """What makes two evaluations comparable, for best.json: the held-out records (by what they were made from, so
+    a moved save_dir is the same set; their paths too, for the reader), the batches evaluated from each source, the
+    weights of the sources in the mixture, and the memory carried across batches."""
+    return {"eval_record_info_dir": ",".join(os.path.abspath(d) for d in eval_dirs),
+            "made_from": [provenance.made_from_identity(d.split(","), split) for d in eval_dirs],
+            "batches": list(batches), "weights": [round(float(w), 9) for w in weights], "mem_len": mem_len}
+
+
+def measure_changed(best: Best, now: dict) -> Optional[str]:
+    """How the held-out set of `now` (measured_on's) differs from the one `best` was measured on, in words; None
+    where it is the same. A best.json of an older train_gpu (no made_from) is compared by its path and
+    --eval_batches."""
+    then = best.measured_on
+    old_dirs = ",".join(os.path.abspath(d) for d in str(then.get("eval_record_info_dir", "")).split(",") if d)
+    by_content = "made_from" in then and "" not in then["made_from"] + now["made_from"]  # else by their paths
+    if (then["made_from"] != now["made_from"]) if by_content else old_dirs != now["eval_record_info_dir"]:
+        return f"other held-out records ({old_dirs or 'unknown'}, now {now['eval_record_info_dir']})"
+    if "made_from" not in then:  # an older best.json: its --eval_batches
+        return (None if then.get("eval_batches") in (None, *now["batches"]) else
+                f"other held-out batches (--eval_batches={then.get('eval_batches')}, now {now['batches']})")
+    for key, what in (("batches", "held-out batches per source"), ("weights", "mixture weights"),
+                      ("mem_len", "mem_len")):
+        if then.get(key) != now[key]:
+            return f"other {what} ({then.get(key)}, now {now[key]})"
+    return None
 
 
 def best_dir(model_dir: str) -> str:

@@ -177,13 +177,11 @@ def check_same_sources(path: str, cfg: TrainConfig, saved: dict[str, np.ndarray]
                       f"--init_checkpoint={path} to start from its weights")
 
 
-def check_model_dir(cfg: TrainConfig, chief: bool) -> None:
+def check_model_dir(cfg: TrainConfig, chief: bool, write: bool = True) -> None:
     """Writes model_dir/xlnet_config.json (the chief of several workers), or checks that the one there is
-    this model's."""
+    this model's; the same with run_config.json (the records the checkpoints learnt from). `write` False (the dry
+    run): only the checks."""
     path = os.path.join(cfg.model_dir, "xlnet_config.json")
-    if not os.path.exists(path) and not chief:
-        return
-    os.makedirs(cfg.model_dir, exist_ok=True)
     if os.path.exists(path):
         try:
             there = XLNetConfig.from_json(path)
@@ -195,7 +193,8 @@ def check_model_dir(cfg: TrainConfig, chief: bool) -> None:
                                 for key, value in dataclasses.asdict(there).items()
                                 if value != getattr(cfg.model, key))
             raise ConfigError(f"--model_dir={cfg.model_dir} holds another model: {changed}; use a new model_dir")
-    else:
+    elif chief and write:
+        os.makedirs(cfg.model_dir, exist_ok=True)
         try:
             cfg.model.to_json(path)
         except OSError as err:
@@ -204,15 +203,11 @@ def check_model_dir(cfg: TrainConfig, chief: bool) -> None:
         return
     # This run's settings, for export_hf's config.json (memory, attention) and tokenizer (uncased, keep_accents);
     # rewritten by every run, since a resumed run may change them, but never those of the records it learnt from.
-    trained_from = records_trained_from(cfg)
+    trained_from, recorded = check_run_config(cfg)
+    if not write:
+        return
     run_config = os.path.join(cfg.model_dir, RUN_CONFIG)
-    if checkpoints.listed(cfg.model_dir) and os.path.exists(run_config):
-        recorded = save_dir.read_json(run_config)
-        contradiction = contradicts(recorded, trained_from)
-        if contradiction:
-            raise ConfigError(f"--model_dir={cfg.model_dir} was trained on records of {contradiction} ({run_config}): "
-                              "its checkpoints learnt those pieces; resume with records made as before, or train "
-                              "these in a new --model_dir")
+    if recorded:
         # What the checkpoints learnt from stays recorded where these records do not say (an older create's).
         trained_from["sp_model_sha256"] = sorted({*(recorded.get("sp_model_sha256") or []),
                                                   *trained_from["sp_model_sha256"]})
@@ -227,6 +222,22 @@ def check_model_dir(cfg: TrainConfig, chief: bool) -> None:
                 "record_info_dir": ",".join(os.path.abspath(d) for d in cfg.record_info_dir.split(",")),
                 **trained_from}
     fileio.write_text_atomic(run_config, json.dumps(settings, indent=2) + "\n")
+
+
+def check_run_config(cfg: TrainConfig) -> tuple[dict, Optional[dict]]:
+    """ConfigError when the records contradict what model_dir's checkpoints learnt from (its run_config.json); else
+    (what these records were made from, run_config.json's content where it counts: beside checkpoints)."""
+    trained_from = records_trained_from(cfg)
+    run_config = os.path.join(cfg.model_dir, RUN_CONFIG)
+    if not (checkpoints.listed(cfg.model_dir) and os.path.exists(run_config)):
+        return trained_from, None
+    recorded = save_dir.read_json(run_config)
+    contradiction = contradicts(recorded, trained_from)
+    if contradiction:
+        raise ConfigError(f"--model_dir={cfg.model_dir} was trained on records of {contradiction} ({run_config}): "
+                          "its checkpoints learnt those pieces; resume with records made as before, or train "
+                          "these in a new --model_dir")
+    return trained_from, recorded
 
 
 def records_trained_from(cfg: TrainConfig) -> dict:

@@ -13,8 +13,6 @@ its rows from step to step.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from typing import Any, Optional
 
 import numpy as np
@@ -25,6 +23,7 @@ from xlnet_data.common.errors import ConfigError, UserError
 from xlnet_data.dataformat import provenance, save_dir, settings, token_cache, validation
 from xlnet_data.dataformat.examples.generated import check_cache, open_loop
 from xlnet_data.dataformat.record_reader import RecordError, read_numbered_examples
+from xlnet_data.pretrain import held_out
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import InputConfig, TrainConfig
 from xlnet_data.pretrain.inputs import PermutationFn, find_records, parse_batches, record_batches
@@ -88,18 +87,9 @@ def pipeline_rows(data: InputConfig, num_replicas: int, input_context: tf.distri
 
 
 def source_identity(source: str) -> str:
-    """What a source's records were made from, wherever they are now: a sha256 of its record dirs' (in order)
-    record_infos' made_from (each input file's size and content hash, or its mtime where too large to hash; the
-    SentencePiece model's sha256), without their paths; "" where no record_info records it (an older create)."""
-    made = []
-    for record_dir in source.split(","):
-        for _, unit in provenance.unit_files(record_dir):
-            recorded = unit.get(provenance.MADE_FROM) or {}
-            files = sorted(f"{f.get('size')} {f.get('sha256') or f.get('mtime_ns')}" for f in recorded.get("files", []))
-            made.append([recorded.get("model_sha256"), files] if recorded else None)
-    if not made or None in made:
-        return ""
-    return hashlib.sha256(json.dumps(made).encode()).hexdigest()
+    """What a source's records were made from, wherever they are now (provenance.made_from_identity of its record
+    dirs, in order); "" where no record_info records it (an older create)."""
+    return provenance.made_from_identity(source.split(","))
 
 
 def source_tokens(record_dir: str, data: InputConfig) -> int:
@@ -164,13 +154,15 @@ def check_one_model(record_dirs: list[str]) -> None:
 
 def check_records(cfg: TrainConfig) -> None:
     """Before training: the config's data settings are the records' (corpus_info.json; ConfigError names the one
-    that is not), no pass is missing (validation.missing_passes), and every unit's files hold the records its
-    record_info lists (a cheap walk over the frames; RecordError names the file, the record and the byte where they
-    do not)."""
+    that is not), the held-out records are of the training records' SentencePiece model, no pass is missing
+    (validation.missing_passes), and every unit's files hold the records its record_info lists (a cheap walk over
+    the frames; RecordError names the file, the record and the byte where they do not)."""
     objects = {"InputConfig": cfg.data, "XLNetConfig": cfg.model}
     given = {flag: getattr(objects[field.split(".")[0]], field.split(".")[1]) for flag, field in _RECORD_FIELDS.items()}
     settings.check_train_config(cfg.record_info_dir.split(","), given, _RECORD_FIELDS)
     check_one_model(cfg.record_info_dir.split(","))
+    if cfg.eval_every and cfg.eval_record_info_dir:
+        held_out.check_same_model(cfg.record_info_dir.split(","), cfg.eval_record_info_dir.split(","))
     record_settings = save_dir.RecordSettings.of(cfg.data)
     for name in cfg.sources:
         for record_dir in name.split(","):  # all the passes asked for, or of the create run, are there
@@ -189,7 +181,13 @@ def find_damage(record_dir: str, cfg: TrainConfig) -> Optional[UserError]:
     """The first record of the source that cannot be trained on (corrupt, or of another schema or vocabulary),
     read with the CRC checks, or the first chunk of its token caches that fails its checksum: what a failed read of
     the input pipeline ran into."""
-    found = find_records(record_dir, cfg.data)
+    try:
+        found = find_records(record_dir, cfg.data)
+    except FileNotFoundError as err:  # a records file gone since training started
+        return RecordsGoneError(f"{err}: deleted or moved while training read it (by create --overwrite?); make "
+                                "the records again, then run the same command to resume")
+    except UserError as err:  # a record_info changed since
+        return err
     for unit in found.cache_units:
         try:
             token_cache.verify(unit.save_dir, check_cache(unit))
@@ -202,8 +200,15 @@ def find_damage(record_dir: str, cfg: TrainConfig) -> Optional[UserError]:
                 pass
         except RecordError as err:
             return err
+        except FileNotFoundError as err:  # gone between find_records and here
+            return RecordsGoneError(f"{path}: {err.strerror}: deleted or moved while training read it")
     return None
 
 
 class DamagedRecordsError(UserError, ValueError):
     """Training met a record it cannot read; the message names the file, the record and the byte."""
+
+
+class RecordsGoneError(UserError):
+    """A records file that training read is no longer there."""
+

@@ -28,7 +28,8 @@ import tensorflow as tf
 
 from xlnet_data.common import run_lock, stopping
 from xlnet_data.dataformat import save_dir
-from xlnet_data.pretrain import checkpoints, planning
+from xlnet_data.datagen import save_dir_lock
+from xlnet_data.pretrain import planning
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import TrainConfig
 from xlnet_data.pretrain.costs import StepCost
@@ -41,7 +42,7 @@ from xlnet_data.pretrain.distribution import (
     tensor_float_32,
 )
 from xlnet_data.pretrain.evaluation import HeldOut
-from xlnet_data.pretrain.held_out import Best
+from xlnet_data.pretrain.held_out import Best, evaluations
 from xlnet_data.pretrain.inputs import PermutationFn
 from xlnet_data.pretrain.reporting import check_losses, report
 from xlnet_data.pretrain.resume import (
@@ -56,6 +57,7 @@ from xlnet_data.pretrain.resume import (
 )
 from xlnet_data.pretrain.sources import (
     DamagedRecordsError,
+    RecordsGoneError,
     Source,
     check_records,
     find_damage,
@@ -113,9 +115,25 @@ class DryRun:
     first_step_seconds: float  # from `started` to the end of the first step: start-up, tracing, compiling
     timed_steps: int
     step_seconds: float  # the mean of the timed steps after it
-    projected_seconds: float  # of a run from start_step to train_steps, checkpoints not counted
+    evaluations: int  # held-out evaluations of the run from start_step to train_steps
+    evaluation_batches: int  # held-out batches of each (all sources)
+    first_evaluation_seconds: float  # the first (tracing), then each other at evaluation_seconds
+    evaluation_seconds: float
+    projected_seconds: float  # of a run from start_step to train_steps: steps and evaluations (not checkpoints)
     sources: list  # the input sources it read: returned, not freed here, since freeing their tf.data iterators
     # waits for those iterators' threads (seconds; train_gpu.run lets the process end without it)
+
+
+@dataclasses.dataclass
+class _Started:
+    """A run at its first step: what _start made."""
+
+    strategy: tf.distribute.Strategy
+    chief: bool
+    cost: StepCost
+    trainer: Trainer
+    step: int
+    resumed: ResumedState
 
 
 def _in_tfrecords_folders(cfg: TrainConfig) -> TrainConfig:
@@ -128,22 +146,20 @@ def _in_tfrecords_folders(cfg: TrainConfig) -> TrainConfig:
 
 
 def dry_run(cfg: TrainConfig, steps: int = 5, started: Optional[float] = None, seconds: float = 20.0) -> DryRun:
-    """The plan (planning.announce: refused if it cannot fit), then 1 + `steps` steps (more while they have taken
-    under `seconds`, up to 50 x `steps`) of the run on its records
-    (from fresh weights: the time of a step does not depend on them), and the wall time projected for the steps
-    from model_dir's latest checkpoint to cfg.train_steps: the start-up and first step as measured (from
-    `started`, default now), every other step at the mean of the timed ones. Writes nothing: no model_dir,
-    checkpoint or summary."""
+    """Every check the run makes before its first step (_start's: the records, the held-out records, the plan,
+    --init_checkpoint, model_dir and the checkpoint it resumes from), then 1 + `steps` steps (more while they have
+    taken under `seconds`, up to 50 x `steps`) of the run on its records, from where it would resume, and one
+    held-out evaluation (two where the run makes several: the first traces), and the wall time projected for the
+    run from model_dir's latest checkpoint to cfg.train_steps: the start-up and first step as measured (from
+    `started`, default now), every other step at the mean of the timed ones, its evaluations as timed. Writes
+    nothing: no model_dir, checkpoint, best checkpoint or summary."""
     started = time.time() if started is None else started
     cfg = _in_tfrecords_folders(cfg)
-    with sum_in_graph_order(), tensor_float_32(cfg.tf32):
-        check_records(cfg)
-        strategy = make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
-        cost = planning.announce(cfg, strategy)
-        trainer = Trainer(cfg, strategy)
-        latest = checkpoints.latest(cfg.model_dir) if os.path.isdir(cfg.model_dir) else None
-        start = int(tf.train.load_checkpoint(latest).get_tensor("global_step")) if latest else 0
-        sources, schedule, _ = open_sources(cfg, trainer, min(start, cfg.train_steps), None, ResumedState())
+    with sum_in_graph_order(), tensor_float_32(cfg.tf32), contextlib.ExitStack() as held:
+        run = _start(cfg, held, None, write=False)
+        start = min(run.step, cfg.train_steps)
+        sources, schedule, _ = open_sources(cfg, run.trainer, start, None, run.resumed)
+        trainer = run.trainer
 
         def one_step(i):
             source = sources[schedule[(start + i) % len(schedule)]]
@@ -158,10 +174,47 @@ def dry_run(cfg: TrainConfig, steps: int = 5, started: Optional[float] = None, s
         while timed < steps or (time.time() - tic < seconds and timed < 50 * steps):
             timed += 1
             float(one_step(timed))
-    step_seconds = (time.time() - tic) / timed
+        step_seconds = (time.time() - tic) / timed
+        evaluator = HeldOut(cfg, trainer, False, tf.summary.create_noop_writer()) if _evaluates(cfg) else None
+        count = evaluations(start, cfg.train_steps, cfg.eval_every) if evaluator else 0
+        timings = [0.0, 0.0]
+        for i in range(min(count, 2)):  # the first traces the evaluation; the second is what the others take
+            tic = time.time()
+            evaluator.measure()
+            timings[i:] = [time.time() - tic] * (2 - i)
     left = max(cfg.train_steps - start, 0)
-    return DryRun(cost, start, first, timed, step_seconds, first + (left - 1) * step_seconds if left else 0.0,
-                  sources)
+    projected = (first + (left - 1) * step_seconds if left else 0.0) + (
+        timings[0] + (count - 1) * timings[1] if count else 0.0)
+    return DryRun(run.cost, start, first, timed, step_seconds, count,
+                  sum(e.num_batches for e in evaluator.evaluators) if evaluator else 0, timings[0], timings[1],
+                  projected, sources)
+
+
+def _evaluates(cfg: TrainConfig) -> bool:
+    return bool(cfg.eval_every and cfg.eval_record_info_dir)
+
+
+def _start(cfg: TrainConfig, held: contextlib.ExitStack, strategy: Optional[tf.distribute.Strategy], *,
+           write: bool = True) -> _Started:
+    """What a run does before its first step, every check included: the records (and held-out records) and the
+    readers' lock on their save_dirs, --init_checkpoint, the plan (a run that cannot fit stops here, before the model
+    is built), model_dir's lock, its xlnet_config.json and run_config.json, and the checkpoint it resumes from (or
+    the initial weights). `write` False (the dry run): model_dir is only checked, never locked or written."""
+    check_records(cfg)
+    record_dirs = cfg.record_info_dir.split(",") + (cfg.eval_record_info_dir.split(",") if _evaluates(cfg) else [])
+    held.enter_context(save_dir_lock.reading(record_dirs, "train_gpu"))  # no create --overwrite while it reads
+    check_init_checkpoint(cfg)
+    strategy = strategy or make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
+    chief = strategy.extended.should_checkpoint  # multi-worker: only the chief writes
+    cost = planning.announce(cfg, strategy)
+    if not write:
+        run_lock.refuse_if_busy(cfg.model_dir, MODEL_DIR_LOCK)
+    elif chief:  # one writer per model_dir: a second run on it stops here (FolderBusy)
+        held.enter_context(run_lock.hold(cfg.model_dir, MODEL_DIR_LOCK))
+    check_model_dir(cfg, chief, write=write)
+    trainer = Trainer(cfg, strategy)
+    step, resumed = resume_or_initialise(cfg, trainer)
+    return _Started(strategy, chief, cost, trainer, step, resumed)
 
 
 def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None,
@@ -185,16 +238,9 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
 def _train(cfg: TrainConfig, stop: stopping.SignalNote, held: contextlib.ExitStack,
            strategy: Optional[tf.distribute.Strategy], permutation: Optional[PermutationFn],
            stop_after: Optional[int]) -> TrainResult:
-    check_records(cfg)
-    check_init_checkpoint(cfg)
-    strategy = strategy or make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
-    chief = strategy.extended.should_checkpoint  # multi-worker: only the chief writes
-    cost = planning.announce(cfg, strategy)  # a run that cannot fit stops here, before the model is built
-    if chief:  # one writer per model_dir: a second run on it stops here (FolderBusy)
-        held.enter_context(run_lock.hold(cfg.model_dir, MODEL_DIR_LOCK))
-    check_model_dir(cfg, chief)
-    trainer = Trainer(cfg, strategy)
-    step, resumed = resume_or_initialise(cfg, trainer)
+    run = _start(cfg, held, strategy)
+    strategy, chief, cost, trainer, step, resumed = (run.strategy, run.chief, run.cost, run.trainer, run.step,
+                                                     run.resumed)
     first_step = step
     check_workers_start_alike(strategy, step, cfg.model_dir)
     log.info("%d replica(s) of %d rows; %s parameters; %s; XLA %s", strategy.num_replicas_in_sync,
@@ -202,7 +248,7 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, held: contextlib.ExitSta
              "bfloat16" if cfg.run.use_bfloat16 else "float32", "on" if trainer.uses_xla else "off")
     sources, schedule, probs = open_sources(cfg, trainer, step, permutation, resumed)
     writer = tf.summary.create_file_writer(cfg.model_dir) if chief else tf.summary.create_noop_writer()
-    held_out = HeldOut(cfg, trainer, chief, writer) if cfg.eval_every and cfg.eval_record_info_dir else None
+    held_out = HeldOut(cfg, trainer, chief, writer) if _evaluates(cfg) else None
 
     saved, saved_step = None, first_step  # this run's last checkpoint (the one it resumed from is at first_step)
     saved_losses: dict[str, float] = {}  # this run's checkpoints: the mean loss of the steps before each
@@ -233,9 +279,13 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, held: contextlib.ExitSta
         source = sources[schedule[step]]
         try:
             loss, gnorm, lr, source.mems = trainer.train_step(next(source.batches), source.mems)
-        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError):
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as err:
             log.info("a read failed at step %d; locating the damaged record in %s", step, source.name)
             damage = find_damage(source.name, cfg)
+            if damage is None and isinstance(err, tf.errors.NotFoundError):  # a file gone, and back by now
+                damage = RecordsGoneError(f"{err.message.splitlines()[0]}: a records file went away while training "
+                                          "read it (create --overwrite?); check the records, then run the same "
+                                          "command to resume")
             if damage is None:
                 raise  # not the records: a bug worth its traceback
             break
