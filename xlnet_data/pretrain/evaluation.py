@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 from typing import Optional
 
@@ -27,26 +26,14 @@ from xlnet_data.pretrain import checkpoints, held_out
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import TrainConfig
 from xlnet_data.pretrain.distribution import batch_source
+from xlnet_data.pretrain.held_out import Measure
 from xlnet_data.pretrain.inputs import PermutationFn, find_records
+from xlnet_data.pretrain.log_lines import held_out_line
 from xlnet_data.pretrain.reporting import write_scalars
 from xlnet_data.pretrain.sources import replica_batches, sampling_probs, source_tokens
 from xlnet_data.pretrain.trainer import Trainer
 
 log = logging.getLogger("xlnet_data")
-
-
-@dataclasses.dataclass(frozen=True)
-class Measure:
-    """One evaluation of one source (or of the mixture)."""
-
-    loss: float  # mean cross-entropy (nats) of the predicted tokens
-    accuracy: float  # share of the predicted tokens that are the model's top prediction
-    tokens: int  # predicted tokens counted
-
-    @property
-    def scalars(self) -> dict[str, float]:
-        return {"loss": self.loss, "perplexity": math.exp(min(self.loss, 700)),
-                "bits_per_token": self.loss / math.log(2), "accuracy": self.accuracy}
 
 
 class Evaluator:
@@ -94,8 +81,7 @@ class Evaluator:
         for _ in range(self.num_batches):
             values, mems = self._step(next(batches), mems)
             totals += [np.sum(value.numpy(), dtype=np.float64) for value in values]
-        loss, count, correct = totals
-        return Measure(loss / count if count else math.nan, correct / count if count else math.nan, int(count))
+        return held_out.measure(*totals)
 
 
 class HeldOut:
@@ -121,21 +107,14 @@ class HeldOut:
     def evaluate(self, step: int) -> Measure:
         """Evaluates every source, logs and writes the numbers, keeps the checkpoint when it is the best."""
         measures = [evaluator.evaluate() for evaluator in self.evaluators]
-        mixture = measures[0] if len(measures) == 1 else Measure(
-            float(np.dot(self.probs, [m.loss for m in measures])),
-            float(np.dot(self.probs, [m.accuracy for m in measures])), sum(m.tokens for m in measures))
-        scalars = {f"held_out/{key}": value for key, value in mixture.scalars.items()}
-        if len(measures) > 1:
-            for label, measure in zip(self.labels, measures):
-                scalars |= {f"held_out/{label}/{key}": value for key, value in measure.scalars.items()}
-                log.info("step %d | held-out %s | loss %.4f | pplx %.2f | bpt %.4f | acc %.2f%%", step, label,
-                         measure.loss, *list(measure.scalars.values())[1:3], 100 * measure.accuracy)
+        mixture, scalars, lines = held_out.mixture(step, measures, self.probs, self.labels)
+        for line in lines:
+            log.info("%s", line)
         write_scalars(step, scalars, self.writer)
         if self.best is None or mixture.loss < self.best.loss:
             self._keep_best(step, mixture, measures)
-        log.info("step %d | held-out loss %.4f | pplx %.2f | bpt %.4f | acc %.2f%% | %d tokens | best %.4f at step %d",
-                 step, mixture.loss, mixture.scalars["perplexity"], mixture.scalars["bits_per_token"],
-                 100 * mixture.accuracy, mixture.tokens, self.best.loss, self.best.step)
+        log.info("%s", held_out_line(step, mixture.loss, mixture.accuracy, mixture.tokens, self.best.loss,
+                                     self.best.step))
         return mixture
 
     def _keep_best(self, step: int, mixture: Measure, measures: list[Measure]) -> None:

@@ -2,6 +2,10 @@
 without) TensorFlow. The evaluation itself is evaluation.py.
 
     held_out_dirs     the held-out records of a run: the dev split beside each of its record dirs (create --split=dev)
+    check_same_model  held-out records of the training records' SentencePiece model
+    Measure           one evaluation of one source (or of the mixture)
+    mixture           the sources' Measures as one, their TensorBoard scalars and log lines
+    held_out_set      what makes two evaluations comparable (the same held-out batches)
     BEST_DIR, Best    model_dir/best/: the checkpoint of the lowest held-out loss, and best.json (its step, loss)
     read_best, best_checkpoint
 """
@@ -11,12 +15,16 @@ from __future__ import annotations
 import dataclasses
 import glob
 import json
+import math
 import os
 from typing import Optional
 
+import numpy as np
+
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import ConfigError
-from xlnet_data.dataformat import save_dir
+from xlnet_data.dataformat import save_dir, validation
+from xlnet_data.pretrain.log_lines import held_out_line, loss_scalars
 
 BEST_DIR = "best"  # model_dir/best/: outside the --max_save rotation of model_dir's own checkpoints
 BEST_JSON = "best.json"
@@ -42,10 +50,76 @@ def held_out_dirs(record_dirs: list[str], given: Optional[str], split: str = "de
     return ",".join(path for path in record_dirs if has_split(path, split))
 
 
+def check_same_model(record_dirs: list[str], held_out: list[str]) -> None:
+    """ConfigError, in one line with both sha256s, when held-out records were made with another SentencePiece
+    model than the training records (the ids would mean other pieces: the loss would measure nothing). Records
+    whose record_info does not say (an older create) pass."""
+    trained = {validation.check_units_agree(path): path for path in record_dirs}
+    trained.pop(None, None)
+    for path in held_out:
+        model = validation.check_units_agree(path)
+        if model is None or not trained or model in trained:
+            continue
+        theirs, where = next(iter(trained.items()))
+        raise ConfigError(f"the held-out records in {os.path.abspath(path)} were made with another SentencePiece model "
+                          f"(sha256 {model}) than the training records in {os.path.abspath(where)} (sha256 {theirs}): "
+                          "make them again with create --split=dev and the training records' --sp_path")
+
+
 def source_label(tfrecords_dir: str) -> str:
     """A held-out source's name in the log and TensorBoard: its save_dir's folder name."""
     path = os.path.abspath(tfrecords_dir)
     return os.path.basename(os.path.dirname(path) if os.path.basename(path) == save_dir.TFRECORDS else path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Measure:
+    """One evaluation of one source (or of the mixture)."""
+
+    loss: float  # mean cross-entropy (nats) of the predicted tokens
+    accuracy: Optional[float]  # share of the predicted tokens that are the model's top prediction (None: not measured)
+    tokens: int  # predicted tokens counted
+
+    @property
+    def scalars(self) -> dict[str, float]:
+        return {**loss_scalars(self.loss), **({} if self.accuracy is None else {"accuracy": self.accuracy})}
+
+
+def measure(loss_sum: float, count: float, correct: Optional[float] = None) -> Measure:
+    """The Measure of `count` predicted tokens whose losses sum to `loss_sum`, `correct` of them the top guess."""
+    def per_token(value):
+        return value / count if count else math.nan
+    return Measure(per_token(loss_sum), None if correct is None else per_token(correct), int(count))
+
+
+def mixture(step: int, measures: list[Measure], probs, labels: list[str]) -> tuple[Measure, dict[str, float],
+                                                                                list[str]]:
+    """The Measure of the mixture of the sources' `measures` (weighted by the sampling probabilities `probs`), the
+    TensorBoard scalars (held_out/loss ...; with several sources held_out/<label>/loss ... too), and each source's
+    log line (none with one source)."""
+    if len(measures) == 1:
+        mixed = measures[0]
+    else:
+        accuracies = [m.accuracy for m in measures]
+        mixed = Measure(float(np.dot(probs, [m.loss for m in measures])),
+                        None if None in accuracies else float(np.dot(probs, accuracies)), sum(m.tokens for m in measures))
+    scalars = {f"held_out/{key}": value for key, value in mixed.scalars.items()}
+    lines = []
+    if len(measures) > 1:
+        for label, measure in zip(labels, measures):
+            scalars |= {f"held_out/{label}/{key}": value for key, value in measure.scalars.items()}
+            lines.append(held_out_line(step, measure.loss, measure.accuracy, measure.tokens, 0, 0, label))
+    return mixed, scalars, lines
+
+
+HELD_OUT_SET_KEYS = ("eval_record_info_dir", "eval_split", "eval_batches", "train_batch_size", "seed")
+
+
+def held_out_set(eval_record_info_dir: str, eval_split: str, eval_batches: int, train_batch_size: int,
+                 seed: int) -> dict:
+    """What fixes the held-out batches and their factorization orders: two evaluations of the same set compare."""
+    dirs = ",".join(os.path.abspath(path) for path in eval_record_info_dir.split(","))
+    return dict(zip(HELD_OUT_SET_KEYS, (dirs, eval_split, eval_batches, train_batch_size, seed)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +134,10 @@ class Best:
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2) + "\n"
+
+    def measured_on_set(self, held_out: dict) -> bool:
+        """Whether this best was measured on the held-out set `held_out` (held_out_set's)."""
+        return all(self.measured_on.get(key) == value for key, value in held_out.items())
 
 
 def best_dir(model_dir: str) -> str:
