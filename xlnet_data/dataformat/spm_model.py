@@ -13,7 +13,8 @@ UNIGRAM, BPE, WORD, CHAR = 1, 2, 3, 4
 MODEL_TYPE_NAMES = {UNIGRAM: "unigram", BPE: "bpe", WORD: "word", CHAR: "char"}
 
 
-def _varint(buf: bytes, pos: int):
+def varint(buf: bytes, pos: int):
+    """The varint at buf[pos:] and the position after it (also tf_checkpoint.py's protobuf and table reader)."""
     value = shift = 0
     while True:
         byte = buf[pos]
@@ -29,12 +30,12 @@ def _raw_fields(buf: bytes):
     pos = 0
     while pos < len(buf):
         start = pos
-        key, pos = _varint(buf, pos)
+        key, pos = varint(buf, pos)
         number, wire_type = key >> 3, key & 7
         if wire_type == 0:
-            value, pos = _varint(buf, pos)
+            value, pos = varint(buf, pos)
         elif wire_type == 2:
-            size, pos = _varint(buf, pos)
+            size, pos = varint(buf, pos)
             value, pos = buf[pos:pos + size], pos + size
         elif wire_type in (1, 5):
             size = 8 if wire_type == 1 else 4
@@ -44,8 +45,8 @@ def _raw_fields(buf: bytes):
         yield number, value, buf[start:pos]
 
 
-def _fields(buf: bytes):
-    """(field number, value) of a protobuf message: ints for varints, bytes otherwise."""
+def fields(buf: bytes):
+    """(field number, value) of a protobuf message: ints for varints, bytes otherwise (fixed32/64 too)."""
     for number, value, _ in _raw_fields(buf):
         yield number, value
 
@@ -88,7 +89,7 @@ class SentencePieceModel(NamedTuple):
 
 def _piece(buf):
     piece, score, kind = "", 0.0, NORMAL
-    for sub, value in _fields(buf):
+    for sub, value in fields(buf):
         if sub == 1:
             piece = bytes(value).decode("utf-8")
         elif sub == 2:
@@ -108,11 +109,11 @@ def read_model_proto(data: bytes) -> SentencePieceModel:
     """The pieces, normalisation and model type of a serialized SentencePiece ModelProto (pieces = field 1,
     trainer_spec = 2, normalizer_spec = 3)."""
     pieces, found = [], {}
-    for number, value in _fields(data):
+    for number, value in fields(data):
         if number == 1:
             pieces.append(_piece(value))
         elif number in (2, 3):
-            for sub, sub_value in _fields(value):
+            for sub, sub_value in fields(value):
                 name = _SPEC_FIELDS.get((number, sub))
                 if name == "normalizer":
                     found[name] = bytes(sub_value).decode("utf-8")
