@@ -27,10 +27,11 @@ from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import TrainConfig
 from xlnet_data.pretrain.distribution import batch_source
 from xlnet_data.pretrain.held_out import Measure
-from xlnet_data.pretrain.inputs import PermutationFn, find_records
+from xlnet_data.pretrain.inputs import PermutationFn
+from xlnet_data.pretrain.layout import find_records, sampling_probs, source_tokens
 from xlnet_data.pretrain.log_lines import held_out_line
 from xlnet_data.pretrain.reporting import write_scalars
-from xlnet_data.pretrain.sources import replica_batches, sampling_probs, source_tokens
+from xlnet_data.pretrain.sources import replica_batches
 from xlnet_data.pretrain.trainer import Trainer
 
 log = logging.getLogger("xlnet_data")

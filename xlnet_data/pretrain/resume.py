@@ -32,9 +32,9 @@ from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples.generated import Position
 from xlnet_data.pretrain import checkpoints, hf
 from xlnet_data.pretrain.config import TrainConfig, XLNetConfig
+from xlnet_data.pretrain.layout import source_identity
 from xlnet_data.pretrain.modeling import XLNet
 from xlnet_data.pretrain.optimization import AdamWeightDecay
-from xlnet_data.pretrain.sources import source_identity
 from xlnet_data.pretrain.trainer import Trainer
 
 if TYPE_CHECKING:

@@ -27,7 +27,6 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_data.common import run_lock, stopping
-from xlnet_data.dataformat import save_dir
 from xlnet_data.pretrain import checkpoints, planning
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import TrainConfig
@@ -43,6 +42,15 @@ from xlnet_data.pretrain.distribution import (
 from xlnet_data.pretrain.evaluation import HeldOut
 from xlnet_data.pretrain.held_out import Best
 from xlnet_data.pretrain.inputs import PermutationFn
+from xlnet_data.pretrain.layout import (
+    check_records,
+    in_tfrecords_folders,
+    mixing_schedule,
+    mixture_line,
+    sampling_probs,
+    source_identity,
+    source_tokens,
+)
 from xlnet_data.pretrain.reporting import check_losses, report
 from xlnet_data.pretrain.resume import (
     MODEL_DIR_LOCK,
@@ -54,18 +62,7 @@ from xlnet_data.pretrain.resume import (
     save,
     say_if_a_better_checkpoint_goes,
 )
-from xlnet_data.pretrain.sources import (
-    DamagedRecordsError,
-    Source,
-    check_records,
-    find_damage,
-    mixing_schedule,
-    mixture_line,
-    replica_batches,
-    sampling_probs,
-    source_identity,
-    source_tokens,
-)
+from xlnet_data.pretrain.sources import DamagedRecordsError, Source, find_damage, replica_batches
 from xlnet_data.pretrain.trainer import Trainer
 
 log = logging.getLogger("xlnet_data")
@@ -118,15 +115,6 @@ class DryRun:
     # waits for those iterators' threads (seconds; train_gpu.run lets the process end without it)
 
 
-def _in_tfrecords_folders(cfg: TrainConfig) -> TrainConfig:
-    """The config with each record dir as its tfrecords/ folder: the library takes create's save_dirs, as
-    train_gpu does."""
-    def folders(dirs):
-        return ",".join(save_dir.tfrecords_dir(d) for d in dirs.split(",")) if dirs else dirs
-    return dataclasses.replace(cfg, record_info_dir=folders(cfg.record_info_dir),
-                               eval_record_info_dir=folders(cfg.eval_record_info_dir))
-
-
 def dry_run(cfg: TrainConfig, steps: int = 5, started: Optional[float] = None, seconds: float = 20.0) -> DryRun:
     """The plan (planning.announce: refused if it cannot fit), then 1 + `steps` steps (more while they have taken
     under `seconds`, up to 50 x `steps`) of the run on its records
@@ -135,7 +123,7 @@ def dry_run(cfg: TrainConfig, steps: int = 5, started: Optional[float] = None, s
     `started`, default now), every other step at the mean of the timed ones. Writes nothing: no model_dir,
     checkpoint or summary."""
     started = time.time() if started is None else started
-    cfg = _in_tfrecords_folders(cfg)
+    cfg = in_tfrecords_folders(cfg)
     with sum_in_graph_order(), tensor_float_32(cfg.tf32):
         check_records(cfg)
         strategy = make_strategy(cfg.strategy, cfg.devices, cfg.tpu)
@@ -175,7 +163,7 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
     stop_after: end after that many steps of this run without a final checkpoint, as if
       the job were killed (to test resuming).
     """
-    cfg = _in_tfrecords_folders(cfg)
+    cfg = in_tfrecords_folders(cfg)
     # Full float32 matmuls on GPUs unless asked (TF32 keeps 10 bits of mantissa: ~1e-3 off the original).
     with stopping.SignalNote() as stop, sum_in_graph_order(), tensor_float_32(cfg.tf32), \
             contextlib.ExitStack() as held:
