@@ -280,6 +280,8 @@ def test_damaged_or_missing_records_are_one_line(tmp_path):
                                                         "stream is truncated"):
         for _ in range(200):
             source.next_batch()
+    with pytest.raises(record_reader.RecordError, match="the gzip stream is truncated"):
+        source.next_batch()  # again, not a wait for batches that will never come
     source.close()
     with pytest.raises(UserError, match="no record_info file matches"):
         D.ReplicaSource(str(tmp_path / "none"), train_config(tmp_path / "none", data), 1, 0)

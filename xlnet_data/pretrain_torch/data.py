@@ -111,6 +111,7 @@ class ReplicaSource:
         else:
             raise NoRecordsError(f"{record_dir}: no records selected (num_passes={data.num_passes})")
         self._steps_made = steps
+        self._error: Optional[BaseException] = None  # what ended the stream (raised by every next_batch after it)
         self._queue: queue.Queue = queue.Queue(maxsize=max(prefetch, 1))
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="examples")
@@ -197,7 +198,13 @@ class ReplicaSource:
 
     def next_batch(self) -> dict[str, np.ndarray]:
         """This replica's features of the stream's next step (examples.features' dict, its rows in replica order)."""
-        batch = self._queue.get().result()
+        if self._error is not None:  # the stream ended there: the same error again, not a wait for ever
+            raise self._error
+        made = self._queue.get()
+        self._error = made.exception()
+        if self._error is not None:
+            raise self._error
+        batch = made.result()
         self._step += 1
         self.steps += 1
         return batch
