@@ -180,7 +180,7 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, held: contextlib.ExitSta
     cost = planning.announce(cfg, strategy)  # a run that cannot fit stops here, before the model is built
     if chief:  # one writer per model_dir: a second run on it stops here (FolderBusy)
         held.enter_context(run_lock.hold(cfg.model_dir, MODEL_DIR_LOCK))
-    check_model_dir(cfg, chief)
+    check_model_dir(cfg, chief, trained=bool(checkpoints.listed(cfg.model_dir)))
     trainer = Trainer(cfg, strategy)
     step, resumed = resume_or_initialise(cfg, trainer)
     first_step = step
