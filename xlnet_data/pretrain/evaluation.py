@@ -29,7 +29,6 @@ from xlnet_data.pretrain.distribution import batch_source
 from xlnet_data.pretrain.held_out import Measure
 from xlnet_data.pretrain.inputs import PermutationFn
 from xlnet_data.pretrain.layout import find_records, sampling_probs, source_tokens
-from xlnet_data.pretrain.log_lines import held_out_line
 from xlnet_data.pretrain.reporting import write_scalars
 from xlnet_data.pretrain.sources import replica_batches
 from xlnet_data.pretrain.trainer import Trainer
@@ -108,25 +107,19 @@ class HeldOut:
     def evaluate(self, step: int) -> Measure:
         """Evaluates every source, logs and writes the numbers, keeps the checkpoint when it is the best."""
         measures = [evaluator.evaluate() for evaluator in self.evaluators]
-        mixture, scalars, lines = held_out.mixture(step, measures, self.probs, self.labels)
-        for line in lines:
-            log.info("%s", line)
-        write_scalars(step, scalars, self.writer)
-        if self.best is None or mixture.loss < self.best.loss:
-            self._keep_best(step, mixture, measures)
-        log.info("%s", held_out_line(step, mixture.loss, mixture.accuracy, mixture.tokens, self.best.loss,
-                                     self.best.step))
+        mixture, self.best = held_out.conclude(
+            step, measures, self.probs, self.labels, self.best, lambda scalars: write_scalars(step, scalars, self.writer),
+            lambda mixed: self._keep_best(step, mixed, measures))
         return mixture
 
-    def _keep_best(self, step: int, mixture: Measure, measures: list[Measure]) -> None:
+    def _keep_best(self, step: int, mixture: Measure, measures: list[Measure]) -> held_out.Best:
         """model_dir/best/: the weights at `step` (one checkpoint, the earlier best deleted) and best.json."""
         name = f"model.ckpt-{step}"
         self.best = held_out.Best(step, mixture.loss, name, {
             "eval_record_info_dir": self.cfg.eval_record_info_dir, "eval_batches": self.cfg.eval_batches,
             "sources": {label: m.loss for label, m in zip(self.labels, measures)}})
-        if not self.chief:
-            return
-        model = self.trainer.model
-        checkpoints.save(os.path.join(held_out.best_dir(self.cfg.model_dir), name),
-                         {"global_step": self.trainer.optimizer.step, **model.weights}, max_save=1)
-        held_out.write_best(self.cfg.model_dir, self.best)
+        if self.chief:
+            checkpoints.save(os.path.join(held_out.best_dir(self.cfg.model_dir), name),
+                             {"global_step": self.trainer.optimizer.step, **self.trainer.model.weights}, max_save=1)
+            held_out.write_best(self.cfg.model_dir, self.best)
+        return self.best

@@ -5,6 +5,7 @@ without) TensorFlow. The evaluation itself is evaluation.py.
     check_same_model  held-out records of the training records' SentencePiece model
     Measure           one evaluation of one source (or of the mixture)
     mixture           the sources' Measures as one, their TensorBoard scalars and log lines
+    conclude          an evaluation's end, for both trainers: its lines, its scalars, the best kept
     held_out_set      what makes two evaluations comparable (the same held-out batches)
     BEST_DIR, Best    model_dir/best/: the checkpoint of the lowest held-out loss, and best.json (its step, loss)
     read_best, best_checkpoint
@@ -15,8 +16,10 @@ from __future__ import annotations
 import dataclasses
 import glob
 import json
+import logging
 import math
 import os
+from collections.abc import Callable
 from typing import Optional
 
 import numpy as np
@@ -25,6 +28,8 @@ from xlnet_data.common import fileio
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import save_dir, validation
 from xlnet_data.pretrain.log_lines import held_out_line, loss_scalars
+
+log = logging.getLogger("xlnet_data")
 
 BEST_DIR = "best"  # model_dir/best/: outside the --max_save rotation of model_dir's own checkpoints
 BEST_JSON = "best.json"
@@ -110,6 +115,21 @@ def mixture(step: int, measures: list[Measure], probs, labels: list[str]) -> tup
             scalars |= {f"held_out/{label}/{key}": value for key, value in measure.scalars.items()}
             lines.append(held_out_line(step, measure.loss, measure.accuracy, measure.tokens, 0, 0, label))
     return mixed, scalars, lines
+
+
+def conclude(step: int, measures: list[Measure], probs, labels: list[str], best: Optional[Best],
+             write_scalars: Callable[[dict], None], keep_best: Callable[[Measure], Best]) -> tuple[Measure, Best]:
+    """The end of an evaluation at `step` of the sources' `measures`: each source's line, the scalars written, the
+    mixture kept by `keep_best` (which saves the weights and returns their Best) when it beats `best`, the held-out
+    line. Returns the mixture and the best after it."""
+    mixed, scalars, lines = mixture(step, measures, probs, labels)
+    for line in lines:
+        log.info("%s", line)
+    write_scalars(scalars)
+    if best is None or mixed.loss < best.loss:
+        best = keep_best(mixed)
+    log.info("%s", held_out_line(step, mixed.loss, mixed.accuracy, mixed.tokens, best.loss, best.step))
+    return mixed, best
 
 
 HELD_OUT_SET_KEYS = ("eval_record_info_dir", "eval_split", "eval_batches", "train_batch_size", "seed")
