@@ -156,8 +156,8 @@ def _define_data_and_model_flags():
 SHAPE_FLAGS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activation", "untie_r", "n_token")
 
 
-def config_from_flags(**given) -> TrainConfig:
-    """The TrainConfig of the flags (and of the records, of an --init_checkpoint Transformers directory); `given`:
+def config_from_flags(**trainer_fields) -> TrainConfig:
+    """The TrainConfig of the flags (and of the records, of an --init_checkpoint Transformers directory); `trainer_fields`:
     the trainer's own fields (train_gpu's devices)."""
     if not FLAGS.record_info_dir or not FLAGS.model_dir:
         raise ConfigError("--record_info_dir and --model_dir are needed")
@@ -204,7 +204,8 @@ def config_from_flags(**given) -> TrainConfig:
     return cli.config_from_flags(
         TrainConfig, record_info_dir=",".join(d.tfrecords for d in record_dirs), model=model,
         run=run, data=data_config,
-        device_memory=costs.parse_bytes(FLAGS.device_memory) if FLAGS.device_memory else None, **evaluation, **given)
+        device_memory=costs.parse_bytes(FLAGS.device_memory) if FLAGS.device_memory else None, **evaluation,
+        **trainer_fields)
 
 
 def _held_out_flags(record_dirs):
