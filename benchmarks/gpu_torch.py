@@ -13,7 +13,8 @@ TensorFlow, no ../shared, nothing installed, under 8 minutes.
    masked loss from its logits) beside it: tokens/s and MFU (costs.train_flops, the model FLOPs of our module, over
    costs.PEAK_TFLOPS by the device's name; Hugging Face's query stream at every position is not counted).
 4. fit: the largest micro-batch of XLNet-Base in bfloat16 and float32 (eager; doubling until out of memory, then
-   halving the gap), with torch.cuda.max_memory_allocated.
+   halving the gap), with torch.cuda.max_memory_allocated; on a GPU each of our module's runs (3 and 4) also gives
+   pretrain_torch/planning.py's memory plan against the allocator's peak of one step.
 A table of every figure is printed last. --smoke: tiny shapes on the CPU, no compile (what the tests run).
 """
 
@@ -33,7 +34,7 @@ from bench_train import synthetic_features  # benchmarks/, the script's folder
 
 from xlnet_data.pretrain import config as C
 from xlnet_data.pretrain import costs, hf
-from xlnet_data.pretrain_torch import modeling, tf_checkpoint
+from xlnet_data.pretrain_torch import modeling, planning, tf_checkpoint
 
 FEATURE_KEYS = ["input_k", "input_q", "seg_id", "perm_mask", "target", "target_mask", "target_mapping"]
 STORED_ATOL = {"m3_sharp": 5e-5}  # memories of m3_sharp across CPUs (../shared/README.md); 1e-5 otherwise
@@ -141,8 +142,16 @@ class HFStep(torch.nn.Module):
         return (token_loss * mask).sum() / mask.sum(), out.mems
 
 
+def step_shape(shape_name, bsz, bfloat16, recompute=False):
+    _, seq_len, reuse_len, mem_len, num_predict = SHAPES[shape_name]
+    return costs.StepShape(seq_len=seq_len, reuse_len=reuse_len, mem_len=mem_len, bsz_per_replica=bsz,
+                           num_predict=num_predict, bi_data=True, recompute=recompute, bfloat16=bfloat16)
+
+
 def time_steps(impl, shape_name, bsz, device, bfloat16, compile_, steps, warmup, recompute=False):
-    """Median seconds of a training step (forward, backward, Adam), and torch.cuda.max_memory_allocated."""
+    """(median seconds of a training step (forward, backward, Adam), torch.cuda.max_memory_allocated over the run,
+    the last loss, and for our module on a GPU the plan of pretrain_torch/planning.py against the allocator's peak
+    of one more step (its AllocatorCheck.row), else "")."""
     model_config, seq_len, reuse_len, mem_len, num_predict = SHAPES[shape_name]
     run = C.RunConfig(mem_len=mem_len, reuse_len=reuse_len, bi_data=True)
     if impl == "ours":
@@ -164,31 +173,39 @@ def time_steps(impl, shape_name, bsz, device, bfloat16, compile_, steps, warmup,
     batch = random_batch(bsz, seq_len, num_predict, model_config.n_token, device, 0)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    times = []
-    for step in range(warmup + steps):
-        synchronize(device)
-        tic = time.perf_counter()
+    state = {"mems": mems}
+
+    def one_step():
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bfloat16):
-            loss, mems = forward(batch, mems)
+            loss, new_mems = forward(batch, state["mems"])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        mems = [mem.detach() for mem in mems]
+        state["mems"], state["loss"] = [mem.detach() for mem in new_mems], loss.detach()
+
+    times = []
+    for step in range(warmup + steps):
+        synchronize(device)
+        tic = time.perf_counter()
+        one_step()
         synchronize(device)
         if step >= warmup:
             times.append(time.perf_counter() - tic)
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
-    return float(np.median(times)), peak, loss.item()
+    plan = ""
+    if impl == "ours" and device.type == "cuda":
+        shape = step_shape(shape_name, bsz, bfloat16, recompute)
+        plan = planning.allocator_check(model_config, shape, one_step, device).row()
+    return float(np.median(times)), peak, state["loss"].item(), plan
 
 
 def speed(shape_name, bsz, device, peak_tflops, compile_, steps, warmup):
     model_config, seq_len, reuse_len, mem_len, num_predict = SHAPES[shape_name]
-    flops = costs.train_flops(model_config, costs.StepShape(seq_len=seq_len, reuse_len=reuse_len, mem_len=mem_len,
-                                                            bsz_per_replica=bsz, num_predict=num_predict, bi_data=True))
+    flops = costs.train_flops(model_config, step_shape(shape_name, bsz, bfloat16=True))
     for impl, name in (("ours", "pretrain_torch XLNet"), ("hf", "Hugging Face XLNetLMHeadModel")):
         try:
-            seconds, peak, loss = time_steps(impl, shape_name, bsz, device, True, compile_, steps, warmup)
+            seconds, peak, loss, plan = time_steps(impl, shape_name, bsz, device, True, compile_, steps, warmup)
         except torch.cuda.OutOfMemoryError:
             report("speed", f"{shape_name} {name}, {bsz} rows, bf16", "out of memory")
             torch.cuda.empty_cache()
@@ -196,12 +213,13 @@ def speed(shape_name, bsz, device, peak_tflops, compile_, steps, warmup):
         mfu = f", MFU {100 * flops / seconds / 1e12 / peak_tflops:.1f}%" if peak_tflops else ""
         report("speed", f"{shape_name} {name}, {bsz} rows, bf16{', compiled' if compile_ else ''}",
                f"{1000 * seconds:.1f} ms/step, {bsz * seq_len / seconds:,.0f} tokens/s{mfu}, "
-               f"peak {peak / 2**30:.1f} GiB, loss {loss:.2f}")
+               f"peak {peak / 2**30:.1f} GiB, loss {loss:.2f}{'; memory ' + plan if plan else ''}")
 
 
 def fits(shape_name, bsz, device, bfloat16):
+    """time_steps' figures of two eager steps of our module (and the allocator check), None when out of memory."""
     try:
-        return time_steps("ours", shape_name, bsz, device, bfloat16, False, steps=1, warmup=1)[1]
+        return time_steps("ours", shape_name, bsz, device, bfloat16, False, steps=1, warmup=1)
     except torch.cuda.OutOfMemoryError:
         return None
     finally:
@@ -211,24 +229,28 @@ def fits(shape_name, bsz, device, bfloat16):
 
 def largest_batch(shape_name, device, bfloat16, most):
     """The largest even micro-batch (bi_data) that trains, up to `most`: doubling, then halving the gap."""
-    low, low_peak, high = 0, 0, None
+    low, low_result, high = 0, None, None
     bsz = 2
     while bsz <= most:
-        peak = fits(shape_name, bsz, device, bfloat16)
-        if peak is None:
+        result = fits(shape_name, bsz, device, bfloat16)
+        if result is None:
             high = bsz
             break
-        low, low_peak, bsz = bsz, peak, bsz * 2
+        low, low_result, bsz = bsz, result, bsz * 2
     while high is not None and high - low > 2:
         middle = (low + high) // 4 * 2
-        peak = fits(shape_name, middle, device, bfloat16)
-        if peak is None:
+        result = fits(shape_name, middle, device, bfloat16)
+        if result is None:
             high = middle
         else:
-            low, low_peak = middle, peak
-    capped = " (the cap)" if high is None else ""
-    report("fit", f"{shape_name} largest micro-batch, {'bf16' if bfloat16 else 'float32'}, eager",
-           f"{low} rows{capped}, max_memory_allocated {low_peak / 2**30:.1f} GiB")
+            low, low_result = middle, result
+    what = f"{shape_name} largest micro-batch, {'bf16' if bfloat16 else 'float32'}, eager"
+    if low_result is None:
+        report("fit", what, "not even 2 rows")
+        return
+    _, peak, _, plan = low_result
+    report("fit", what, f"{low} rows{' (the cap)' if high is None else ''}, max_memory_allocated "
+                        f"{peak / 2**30:.1f} GiB{'; memory ' + plan if plan else ''}")
 
 
 def main():
