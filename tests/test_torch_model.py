@@ -405,3 +405,17 @@ def test_the_gpu_script_runs_on_the_cpu_with_smoke_shapes():
     assert "goldens: m2_uni_tied" in table[0] and "PASS" in table[0]
     assert "PASS" in table[1]
     assert "tokens/s" in table[2] and "pretrain_torch" in table[2] and "Hugging Face" in table[3]
+
+
+@needs_shared
+def test_bfloat16_autocast_keeps_the_loss_and_memories_in_float32(golden_models):
+    """Under autocast the matmuls run in bfloat16, the softmax, the layer norms and the loss in float32: m1's loss
+    within bfloat16's rounding of float32's, and float32 memories."""
+    model, _, features = golden_models["m1_bi_untied"]
+    want = _two_steps(model, features)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = _two_steps(model, features)
+    for out, ref in zip(got, want):
+        assert out.token_loss.dtype == torch.float32 and out.new_mems[0].dtype == torch.float32
+        np.testing.assert_allclose(out.token_loss.numpy(), ref.token_loss.numpy(), rtol=0, atol=0.05)
+        assert 0 < abs(out.loss.item() - ref.loss.item()) < 0.01  # bfloat16 did run
