@@ -196,10 +196,10 @@ def test_the_command_refuses_bad_numbers_and_a_dry_run_that_cannot_fit_in_one_li
     for flag, line in expected.items():
         done = run_module("xlnet_data.train_torch", *common, flag)
         assert (done.returncode, done.stderr.strip().splitlines()[-1:]) == (2, [line]), done.stderr[-2000:]
-    done = run_module("xlnet_data.train_torch", *common, "--dry_run", "--device_memory=1MB")
+    done = run_module("xlnet_data.train_torch", *common, "--dry_run", "--device_memory=0.2MB")
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 2 and last.startswith("train_torch: error: this run needs an estimated ") and \
-        last.endswith(", --device_memory has 1.0 MB: nothing fits: weights, gradients and Adam's slots alone take "
+        last.endswith(", --device_memory has 0.2 MB: nothing fits: weights, gradients and Adam's slots alone take "
                       f"{costs.gb(16 * costs.param_count(C.XLNetConfig(2, 16, 2, 8, 32, n_token=1000)))}; use a device "
                       "with more memory"), done.stderr[-2000:]
     assert not model_dir.exists()
