@@ -18,7 +18,9 @@ step: train_gpu's step against the yardsticks a user would pick instead, each in
   synthetic batch), `python -m xlnet_data.train_gpu` exactly as the CLI runs it on records (--iterations=1: a step
   is the time between two log lines; from the original's initial weights, --save_init -> --init_checkpoint) and
   Hugging Face's XLNetLMHeadModel (PyTorch, torch.set_num_threads(1); the same perm_mask, target_mapping, token
-  types, labels and memories, "bi" attention, bi_data, dropout 0, clipping, Adam; --no-hf leaves it out). Each step
+  types, labels and memories, "bi" attention, bi_data, dropout 0, clipping, Adam; --no-hf leaves it out) and our
+  PyTorch XLNet (xlnet_data.pretrain_torch, from the original's initial weights, the same features and optimiser as
+  Hugging Face's; --no-torch leaves it out). Each step
   is timed in process CPU time (all threads) and wall time; CPU time is the figure to compare on a shared machine.
   Shapes: "issue" (shape A: 4 layers, d_model 256, 4 heads of 64, d_inner 1024, seq_len 128, reuse 64, mem_len 64,
   8 rows, 32,000 tokens, bi_data, untie_r, gelu; the records of ../shared/golden/g1_blog) and "demo" (bin/demo's
@@ -109,6 +111,8 @@ def step_worker(args):
         times = original_worker(args)
     elif args.impl == "hf":
         times = hf_worker(args)
+    elif args.impl == "torch":
+        times = torch_worker(args)
     else:
         times = train_gpu_worker(args)
     times = times[args.warmup:]
@@ -189,7 +193,6 @@ def hf_worker(args):
         mem_len=shape["mem_len"], reuse_len=STEP_RECORDS["reuse_len"], dropout=0.0, use_mems_train=True,
         initializer_range=0.02)
     model = transformers.XLNetLMHeadModel(config).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, eps=1e-8)
     features = synthetic_features(STEP_RECORDS["bsz"], STEP_RECORDS["seq_len"], STEP_RECORDS["num_predict"],
                                   shape["n_token"], 0)
     inputs = dict(input_ids=torch.from_numpy(features["input_k"]).long(),
@@ -197,18 +200,56 @@ def hf_worker(args):
                   perm_mask=torch.from_numpy(features["perm_mask"]),
                   target_mapping=torch.from_numpy(features["target_mapping"]),
                   labels=torch.from_numpy(features["target"]).long())
-    mems, times = None, []
+
+    def forward(mems):
+        out = model(**inputs, mems=mems, use_mems=True)
+        return out.loss, out.mems
+    return timed_torch_steps(args, model, forward, None)
+
+
+def timed_torch_steps(args, model, forward, mems):
+    """(CPU, wall) seconds of each training step of a PyTorch model: forward(mems) -> (loss, new memories), then
+    global-norm clipping to 1 and Adam."""
+    import torch
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, eps=1e-8)
+    times = []
     for _ in range(args.warmup + args.steps):
         cpu, wall = time.process_time(), time.perf_counter()
-        out = model(**inputs, mems=mems, use_mems=True)
-        out.loss.backward()
+        loss, mems = forward(mems)
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        mems = out.mems
-        float(out.loss)
+        float(loss)
         times.append((time.process_time() - cpu, time.perf_counter() - wall))
     return times
+
+
+def torch_worker(args):
+    """Our PyTorch XLNet (xlnet_data.pretrain_torch.modeling, one thread) from the original's initial weights (read
+    by tf_checkpoint, without TensorFlow), on the same features as hf_worker: the query stream at the predicted
+    positions only, the memories carried, dropout 0, global-norm clipping to 1 and torch's Adam (as hf_worker's)."""
+    import torch
+
+    from xlnet_data.pretrain import config as C
+    from xlnet_data.pretrain_torch import modeling, tf_checkpoint
+
+    torch.set_num_threads(1)
+    shape = STEP_SHAPES[args.shape]
+    model = modeling.XLNet(C.XLNetConfig(**{key: shape[key] for key in ("n_layer", "d_model", "n_head", "d_head",
+                                                                         "d_inner", "n_token")},
+                                         ff_activation="gelu", untie_r=True),
+                           C.RunConfig(mem_len=shape["mem_len"], reuse_len=STEP_RECORDS["reuse_len"], bi_data=True))
+    tf_checkpoint.load_original(model, args.init)
+    model.train()
+    features = {key: torch.from_numpy(value) for key, value in synthetic_features(
+        STEP_RECORDS["bsz"], STEP_RECORDS["seq_len"], STEP_RECORDS["num_predict"], shape["n_token"], 0).items()}
+
+    def forward(mems):
+        out = model(features, mems)
+        return out.loss, out.new_mems
+    return timed_torch_steps(args, model, forward, model.initial_mems(STEP_RECORDS["bsz"]))
 
 
 def machine_line(extra_env: dict) -> str:
@@ -253,6 +294,8 @@ def bench_step(args):
                                                      f"--jit_compile={v}"]
         if args.hf:
             runs["Hugging Face XLNetLMHeadModel"] = [*common, "--impl=hf"]
+        if args.torch:
+            runs["pretrain_torch XLNet"] = [*common, "--impl=torch"]
         cpu, wall = {key: [] for key in runs}, {key: [] for key in runs}
         for round_ in range(args.rounds):
             for key, command in runs.items():
@@ -264,7 +307,7 @@ def bench_step(args):
                 wall[key].append(statistics.median(out["wall_ms"]))
             print(f"{shape} round {round_ + 1}: " + ", ".join(f"{key} {cpu[key][-1]:.1f} CPU ms ({wall[key][-1]:.1f})"
                                                               for key in runs), flush=True)
-        yardsticks = [key for key in runs if not key.startswith("train_gpu")]
+        yardsticks = [key for key in runs if not key.startswith(("train_gpu", "pretrain_torch"))]
         print(f"\n{shape} shape, ms per step: median (min-max) over {args.rounds} rounds of each run's median of "
               f"{args.steps} steps after {args.warmup}, one core; CPU time, then wall time; load average now "
               f"{' '.join(f'{value:.2f}' for value in os.getloadavg())}:")
@@ -273,7 +316,7 @@ def bench_step(args):
                                for base in yardsticks if base != key)
             print(f"  {key:32s} CPU {spread(cpu[key]):>24s}  wall {spread(wall[key]):>24s}  {ratios}")
         for key in runs:
-            if key.startswith("train_gpu"):
+            if key.startswith(("train_gpu", "pretrain_torch")):
                 for base in yardsticks:
                     per_round = ", ".join(f"{ours / theirs:.3f}" for ours, theirs in zip(cpu[key], cpu[base]))
                     print(f"  {key} / {base}, CPU time per round: {per_round}")
@@ -498,6 +541,8 @@ def main():
                       help="an environment variable for the original's runs only (after --env)")
     step.add_argument("--hf", default=True, action=argparse.BooleanOptionalAction,
                       help="run Hugging Face's XLNetLMHeadModel (PyTorch) as a yardstick too")
+    step.add_argument("--torch", default=True, action=argparse.BooleanOptionalAction,
+                      help="run our PyTorch XLNet (xlnet_data.pretrain_torch) too")
     inp = modes.choices["input"]
     inp.add_argument("--seq_lens", default="128,512")
     inp.add_argument("--batches", type=int, default=400, help="timed batches at seq_len 128 (fewer at 512)")
@@ -509,7 +554,7 @@ def main():
     worker.add_argument("--batches", type=int)
     worker.add_argument("--warmup", type=int)
     step_worker_mode = modes.add_parser("_step_worker")
-    step_worker_mode.add_argument("--impl", choices=["original", "train_gpu", "hf"])
+    step_worker_mode.add_argument("--impl", choices=["original", "train_gpu", "hf", "torch"])
     step_worker_mode.add_argument("--shape", choices=list(STEP_SHAPES))
     step_worker_mode.add_argument("--init", help="the initial weights (the original writes them, train_gpu reads them)")
     step_worker_mode.add_argument("--records")

@@ -108,3 +108,20 @@ def other_spm(tmp_path_factory):
                                       vocab_size=500, num_threads=2, uncased=False)
     return tokenizer.train_sentencepiece(config)
 
+MODEL_CASES = ["m1_bi_untied", "m2_uni_tied", "m3_sharp"]
+
+
+@pytest.fixture(scope="session")
+def original_here(tmp_path_factory):
+    """{case of ../shared/golden_model: the original graph's outputs on this machine} (tests/original_model.py, one
+    process, once for the TF2 and the PyTorch model's tests); None without the original code (then only the stored
+    values are compared)."""
+    if not HAVE_ORIGINAL:
+        return None
+    import numpy as np
+    out = tmp_path_factory.mktemp("original_model")
+    env = dict(os.environ, XLNET_REF=str(XLNET_REF), TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, str(Path(__file__).parent / "original_model.py"), str(out),
+                             *MODEL_CASES], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {case: np.load(out / f"{case}.npz") for case in MODEL_CASES}

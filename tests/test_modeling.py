@@ -3,15 +3,11 @@
 import dataclasses
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import HAVE_ORIGINAL, SHARED, XLNET_REF, needs_shared
+from conftest import MODEL_CASES, SHARED, needs_shared
 
 from xlnet_data.pretrain import checkpoints
 from xlnet_data.pretrain import config as C
@@ -19,7 +15,6 @@ from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import model_ops as ops
 from xlnet_data.pretrain import modeling as M
 
-MODEL_CASES = ["m1_bi_untied", "m2_uni_tied", "m3_sharp"]
 FEATURE_KEYS = ["input_k", "input_q", "seg_id", "perm_mask", "target", "target_mask", "target_mapping", "label"]
 
 TINY = C.XLNetConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24, ff_activation="gelu", untie_r=True,
@@ -73,20 +68,6 @@ def _synthetic_features(bsz, seq_len=16, reuse_len=8, num_predict=6, n_token=100
 # large weights of m3_sharp amplify it (../shared/README.md, "Tolerances across CPUs"): the stored
 # values are met within a tolerance that holds on any CPU, the original run on this machine tightly.
 STORED_MEMS_ATOL = {"m1_bi_untied": 1e-5, "m2_uni_tied": 1e-5, "m3_sharp": 5e-5}
-
-
-@pytest.fixture(scope="module")
-def original_here(tmp_path_factory):
-    """{case: the original graph's outputs on this machine} (tests/original_model.py, one process); None
-    without the original code (then only the stored values are compared)."""
-    if not HAVE_ORIGINAL:
-        return None
-    out = tmp_path_factory.mktemp("original_model")
-    env = dict(os.environ, XLNET_REF=str(XLNET_REF), TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, str(Path(__file__).parent / "original_model.py"), str(out),
-                             *MODEL_CASES], env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return {case: np.load(out / f"{case}.npz") for case in MODEL_CASES}
 
 
 def _assert_step_equals(out, want, step, mems_atol, what):

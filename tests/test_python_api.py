@@ -65,7 +65,7 @@ def test_the_pages_train_config_trains_on_the_records_of_its_create_config(page_
 def test_a_setting_that_contradicts_the_records_is_named(page_dir):
     """InputConfig's defaults are the original train_gpu.py's (uncased=False), create's are the original
     data_utils.py's (uncased=True): xd.train says which setting differs, before any TensorFlow work."""
-    from xlnet_data.pretrain.sources import check_records
+    from xlnet_data.pretrain.layout import check_records
     folder, _ = page_dir
     page = dict(record_info_dir=str(folder / "proc_data/my/tfrecords"), model_dir=str(folder / "m"),
                 model=XLNetConfig(n_layer=1, n_token=1000), run=RunConfig(reuse_len=64, bi_data=True))

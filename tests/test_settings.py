@@ -159,7 +159,7 @@ def test_train_gpu_dump_and_export_hf_read_the_same_settings(save_dir_made, tmp_
                          data=data, run=RunConfig(reuse_len=data.reuse_len, bi_data=data.bi_data),
                          model=XLNetConfig(n_layer=1, d_model=8, n_head=1, d_head=8, d_inner=8,
                                            ff_activation="relu", untie_r=False, n_token=train["vocab_size"]))
-    resume.check_model_dir(config, chief=True)
+    resume.check_model_dir(config, chief=True, trained=False)
     run_config = str(tmp_path / "m" / "run_config.json")
     export = settings.tokenizer_settings(run_config, save_dir.read_json(run_config), given={})
     assert export == {key: train[key] for key in settings.TOKENIZER_KEYS} == {"uncased": True, "keep_accents": True}

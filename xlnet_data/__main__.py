@@ -9,6 +9,7 @@ COMMANDS = {
     "dump": ("xlnet_data.dump", "inspect records: decoded text, masks, segments, stats"),
     "spm-train": ("xlnet_data.spm_train", "train a SentencePiece model with XLNet's special ids"),
     "train": ("xlnet_data.train_gpu", "pretrain XLNet on the records (CPU, one or many GPUs)"),
+    "train-torch": ("xlnet_data.train_torch", "pretrain XLNet in PyTorch on the records; checkpoints are Transformers dirs"),
     "curves": ("xlnet_data.curves", "a training run's loss (training, held-out) and learning rate as a PNG"),
     "export-hf": ("xlnet_data.export_hf", "a checkpoint to a Hugging Face Transformers directory (from_pretrained)"),
 }

@@ -9,7 +9,7 @@ import numpy as np
 
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
-from xlnet_data.dataformat import crc32c
+from xlnet_data.dataformat import crc32c, protos
 from xlnet_data.dataformat.records import FEATURES
 
 
@@ -194,7 +194,7 @@ def count_records(path):
 @functools.cache
 def _example_class():
     """tf.train.Example as a protobuf class built in a private pool: wire-compatible, no TensorFlow."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from google.protobuf import descriptor_pb2
 
     proto = descriptor_pb2.FileDescriptorProto(name="xlnet_data_example.proto", package="xlnet_data",
                                                syntax="proto3")
@@ -218,12 +218,7 @@ def _example_class():
                        type_name=".xlnet_data.Features.FeatureEntry")
     proto.message_type.add(name="Example").field.add(name="features", number=1, label=f.LABEL_OPTIONAL,
                                                      type=f.TYPE_MESSAGE, type_name=".xlnet_data.Features")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto)
-    descriptor = pool.FindMessageTypeByName("xlnet_data.Example")
-    if hasattr(message_factory, "GetMessageClass"):  # protobuf >= 4.22
-        return message_factory.GetMessageClass(descriptor)
-    return message_factory.MessageFactory(pool).GetPrototype(descriptor)
+    return protos.message_class(proto, "xlnet_data.Example")
 
 
 _VALUE_RANGES = {"is_masked": (0, 1), "seg_id": (0, 2), "label": (0, 1)}

@@ -24,7 +24,8 @@ class ModelFormatError(UserError, ValueError):
     would leave); vocab.load_sentencepiece says it in one line with the file's name."""
 
 
-def _varint(buf: bytes, pos: int):
+def varint(buf: bytes, pos: int):
+    """The varint at buf[pos:] and the position after it (also tf_checkpoint.py's protobuf and table reader)."""
     value = shift = 0
     while True:
         byte = buf[pos]
@@ -47,12 +48,12 @@ def _raw_fields_unchecked(buf: bytes):
     pos = 0
     while pos < len(buf):
         start = pos
-        key, pos = _varint(buf, pos)
+        key, pos = varint(buf, pos)
         number, wire_type = key >> 3, key & 7
         if wire_type == 0:
-            value, pos = _varint(buf, pos)
+            value, pos = varint(buf, pos)
         elif wire_type == 2:
-            size, pos = _varint(buf, pos)
+            size, pos = varint(buf, pos)
             if pos + size > len(buf):
                 raise IndexError(pos + size)
             value, pos = buf[pos:pos + size], pos + size
@@ -64,8 +65,8 @@ def _raw_fields_unchecked(buf: bytes):
         yield number, value, buf[start:pos]
 
 
-def _fields(buf: bytes):
-    """(field number, value) of a protobuf message: ints for varints, bytes otherwise."""
+def fields(buf: bytes):
+    """(field number, value) of a protobuf message: ints for varints, bytes otherwise (fixed32/64 too)."""
     for number, value, _ in _raw_fields(buf):
         yield number, value
 
@@ -115,7 +116,7 @@ def _text(value, what):
 
 def _piece(buf, number):
     piece, score, kind = "", 0.0, NORMAL
-    for sub, value in _fields(buf):
+    for sub, value in fields(buf):
         if sub == 1:
             piece = _text(value, f"piece {number}")
         elif sub == 2:
@@ -136,11 +137,11 @@ def read_model_proto(data: bytes) -> SentencePieceModel:  # and tables): 0.15-0.
     """The pieces, normalisation and model type of a serialized SentencePiece ModelProto (pieces = field 1,
     trainer_spec = 2, normalizer_spec = 3)."""
     pieces, found = [], {}
-    for number, value in _fields(data):
+    for number, value in fields(data):
         if number == 1:
             pieces.append(_piece(value, len(pieces)))
         elif number in (2, 3):
-            for sub, sub_value in _fields(value):
+            for sub, sub_value in fields(value):
                 name = _SPEC_FIELDS.get((number, sub))
                 if name == "normalizer":
                     found[name] = _text(sub_value, "the normalizer name")

@@ -30,6 +30,9 @@ STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 JIT_COMPILE = ("auto", "on", "off")
 MAX_TRAIN_STEPS = 1 << 27  # the mixing schedule holds a source index per step
 MAX_MEM_LEN = 1 << 16
+# contrib.layers.layer_norm's epsilon, which the original uses everywhere (and Transformers' XLNet too): here, without
+# a framework, for both models and hf.py.
+LAYER_NORM_EPSILON = 1e-12
 
 # Far above any XLNet's (large: 24 layers, d_model 1024, d_inner 4096, 32000 tokens); beyond them the weights
 # alone would not fit in any memory.
@@ -247,6 +250,10 @@ class TrainConfig:
         need(0 <= self.weight_decay < math.inf, f"--weight_decay={self.weight_decay} must be a number >= 0")
         need(self.max_loss is None or 0 < self.max_loss < math.inf,
              f"--max_loss={self.max_loss} must be a positive number")
+        need(self.peak_tflops is None or 0 < self.peak_tflops < math.inf,
+             f"--peak_tflops={self.peak_tflops} must be a positive number (a device's dense peak TFLOP/s)")
+        need(self.device_memory is None or self.device_memory >= 0,
+             f"device_memory={self.device_memory} must be a number of bytes (0: no check)")
         need(0 <= self.seed < 2**63, f"--seed={self.seed} must be in [0, 2**63)")
         # A negative or NaN peak would log an MFU of -0.0% or nan%; a negative memory is no plan.
         need(self.peak_tflops is None or 0 < self.peak_tflops < math.inf,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Callable
 from typing import Optional
 
 from xlnet_data.common.errors import ConfigError, UserError
@@ -217,6 +218,18 @@ def memory_plan(model: XLNetConfig, shape: StepShape) -> MemoryPlan:
         inputs=2 * shape.bsz_per_replica * features)
 
 
+PlanFn = Callable[[XLNetConfig, StepShape], MemoryPlan]
+
+
+def plan_line(model: XLNetConfig, shape: StepShape, cost: StepCost, plan: MemoryPlan, available: Optional[int]) -> str:
+    """The plan a run logs at its start (without "plan: "): parameters, FLOPs, tokens, rows, peak memory (of the
+    device's `available` bytes where known)."""
+    return (f"{param_count(model):,} parameters; {cost.flops / 1e12:.4g} TFLOP per step (model FLOPs); {cost.tokens:,} "
+            f"tokens per step ({shape.replicas} x {shape.bsz_per_replica} rows of {shape.seq_len}, {shape.micro_batches} "
+            f"micro-batch(es){', recomputed' if shape.recompute else ''}); peak memory {plan.line()}"
+            f"{f' of {gb(available)}' if available else ''}")
+
+
 def gb(n: float) -> str:
     """Bytes in GB (GiB), or MB below one."""
     return f"{n / GIB:.2f} GB" if n >= GIB else f"{n / (1 << 20):.1f} MB"
@@ -224,12 +237,12 @@ def gb(n: float) -> str:
 
 def parse_bytes(text: str) -> int:
     """'16GB', '16 GiB', '16G', '512MB', '1.5TB' or a number of bytes; GB = GiB = 2**30, as GPUs are sold and
-    nvidia-smi counts. 'off': 0, no check."""
+    nvidia-smi counts. 'off': 0, no check. ConfigError for anything else, 0 and negative sizes included."""
     if (text or "").strip().lower() == "off":
         return 0
-    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(([KMGT])(i?B)?|B)?\s*", text or "", re.IGNORECASE)
+    found = re.fullmatch(r"\s*(-?[0-9]*\.?[0-9]+)\s*(([KMGT])(i?B)?|B)?\s*", text or "", re.IGNORECASE)
     if not found:
-        raise ConfigError(f"--device_memory={text!r}: give a size such as 16GB, 80GiB or 512MB")
+        raise ConfigError(f"--device_memory={text!r}: give a size such as 16GB, 80GiB or 512MB (or off: no check)")
     unit = (found[3] or "").upper()
     size = int(float(found[1]) * (1 << (10 * " KMGT".index(unit))) if unit else float(found[1]))
     if size < 1:  # not a quiet `off`: a size of nothing is a slip
@@ -238,9 +251,11 @@ def parse_bytes(text: str) -> int:
     return size
 
 
-def fitting_change(model: XLNetConfig, shape: StepShape, device_bytes: int) -> Optional[str]:
-    """The smallest change of the flags that brings the plan under device_bytes: a K alone (the smallest), then
-    --recompute, then --use_bfloat16 (other numbers), then their combinations; None when nothing fits."""
+def fitting_change(model: XLNetConfig, shape: StepShape, device_bytes: int,
+                   plan: PlanFn = memory_plan) -> Optional[str]:
+    """The smallest change of the flags that brings `plan` (train_gpu's memory_plan, or another framework's
+    model of its module) under device_bytes: a K alone (the smallest), then --recompute, then --use_bfloat16
+    (other numbers), then their combinations; None when nothing fits."""
     unit = 2 if shape.bi_data else 1  # a micro-batch keeps its forward and backward rows together
     ks = [k for k in range(1, shape.bsz_per_replica // unit + 1)
           if shape.bsz_per_replica % (k * unit) == 0 and k >= shape.micro_batches]
@@ -253,7 +268,7 @@ def fitting_change(model: XLNetConfig, shape: StepShape, device_bytes: int) -> O
                               + (t[2] != shape.bfloat16), t[2], t[1], t[0]))
     for k, recompute, bfloat16 in tries:
         changed = dataclasses.replace(shape, micro_batches=k, recompute=recompute, bfloat16=bfloat16)
-        estimate = memory_plan(model, changed).total
+        estimate = plan(model, changed).total
         if estimate <= device_bytes:
             flags = ([f"--gradient_accumulation_steps={k}"] if k != shape.micro_batches else []) + \
                     (["--recompute"] if recompute != shape.recompute else []) + \
@@ -262,17 +277,18 @@ def fitting_change(model: XLNetConfig, shape: StepShape, device_bytes: int) -> O
     return None
 
 
-def check_fits(model: XLNetConfig, shape: StepShape, device_bytes: int, device: str) -> None:
+def check_fits(model: XLNetConfig, shape: StepShape, device_bytes: int, device: str,
+               plan: PlanFn = memory_plan) -> None:
     """DoesNotFitError, in one line with the estimate, the device's memory and the smallest change that fits,
-    when the plan is above device_bytes."""
-    plan = memory_plan(model, shape)
-    if plan.total <= device_bytes:
+    when `plan` (see fitting_change) is above device_bytes."""
+    needed = plan(model, shape)
+    if needed.total <= device_bytes:
         return
-    change = fitting_change(model, shape, device_bytes)
+    change = fitting_change(model, shape, device_bytes, plan)
+    fixed = needed.weights + needed.gradients + needed.adam
     fix = (f"it fits with {change}" if change else
-           f"nothing fits: weights, gradients and Adam's slots alone take {gb(plan.weights + plan.gradients + plan.adam)}"
-           "; use a device with more memory")
-    raise DoesNotFitError(f"this run needs an estimated {gb(plan.total)} per replica, {device} has "
+           f"nothing fits: weights, gradients and Adam's slots alone take {gb(fixed)}; use a device with more memory")
+    raise DoesNotFitError(f"this run needs an estimated {gb(needed.total)} per replica, {device} has "
                           f"{gb(device_bytes)}: {fix}")
 
 

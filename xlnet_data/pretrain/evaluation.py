@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 from typing import Optional
 
@@ -27,26 +26,14 @@ from xlnet_data.pretrain import checkpoints, held_out
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import TrainConfig
 from xlnet_data.pretrain.distribution import batch_source
-from xlnet_data.pretrain.inputs import PermutationFn, find_records
+from xlnet_data.pretrain.held_out import Measure
+from xlnet_data.pretrain.inputs import PermutationFn
+from xlnet_data.pretrain.layout import find_records, sampling_probs, source_tokens
 from xlnet_data.pretrain.reporting import write_scalars
-from xlnet_data.pretrain.sources import replica_batches, sampling_probs, source_tokens
+from xlnet_data.pretrain.sources import replica_batches
 from xlnet_data.pretrain.trainer import Trainer
 
 log = logging.getLogger("xlnet_data")
-
-
-@dataclasses.dataclass(frozen=True)
-class Measure:
-    """One evaluation of one source (or of the mixture)."""
-
-    loss: float  # mean cross-entropy (nats) of the predicted tokens
-    accuracy: float  # share of the predicted tokens that are the model's top prediction
-    tokens: int  # predicted tokens counted
-
-    @property
-    def scalars(self) -> dict[str, float]:
-        return {"loss": self.loss, "perplexity": math.exp(min(self.loss, 700)),
-                "bits_per_token": self.loss / math.log(2), "accuracy": self.accuracy}
 
 
 class Evaluator:
@@ -94,8 +81,7 @@ class Evaluator:
         for _ in range(self.num_batches):
             values, mems = self._step(next(batches), mems)
             totals += [np.sum(value.numpy(), dtype=np.float64) for value in values]
-        loss, count, correct = totals
-        return Measure(loss / count if count else math.nan, correct / count if count else math.nan, int(count))
+        return held_out.measure(*totals)
 
 
 class HeldOut:
@@ -112,16 +98,7 @@ class HeldOut:
                       if len(groups) > 1 else np.ones(1))
         self.measured_on = held_out.measured_on(groups, cfg.eval_split, [e.num_batches for e in self.evaluators],
                                                 list(self.probs), cfg.run.mem_len)
-        self.best = held_out.read_best(cfg.model_dir)  # a resumed run keeps the best so far, of the same batches
-        changed = held_out.measure_changed(self.best, self.measured_on) if self.best else None
-        if changed:  # a loss of other text is no bar to beat: this run's first evaluation starts a new best
-            log.warning("the best checkpoint so far (held-out loss %.4f at step %d, %s) was measured on %s: this "
-                        "run starts a new best at its first evaluation, which replaces it", self.best.loss,
-                        self.best.step, held_out.best_dir(cfg.model_dir), changed)
-            self.best = None
-        elif self.best:
-            log.info("best held-out loss so far %.4f at step %d (%s)", self.best.loss, self.best.step,
-                     held_out.best_dir(cfg.model_dir))
+        self.best = held_out.resumed_best(cfg.model_dir, self.measured_on)
 
     def due(self, step: int) -> bool:
         return step % self.cfg.eval_every == 0 or step == self.cfg.train_steps
@@ -129,37 +106,24 @@ class HeldOut:
     def measure(self) -> tuple[Measure, list[Measure]]:
         """The mixture's numbers and each source's, with no log, summary or checkpoint (the dry run times it)."""
         measures = [evaluator.evaluate() for evaluator in self.evaluators]
-        mixture = measures[0] if len(measures) == 1 else Measure(
-            float(np.dot(self.probs, [m.loss for m in measures])),
-            float(np.dot(self.probs, [m.accuracy for m in measures])), sum(m.tokens for m in measures))
-        return mixture, measures
+        return held_out.mixture(0, measures, self.probs, self.labels)[0], measures
 
     def evaluate(self, step: int) -> Measure:
         """Evaluates every source, logs and writes the numbers, keeps the checkpoint when it is the best."""
-        mixture, measures = self.measure()
-        scalars = {f"held_out/{key}": value for key, value in mixture.scalars.items()}
-        if len(measures) > 1:
-            for label, measure in zip(self.labels, measures):
-                scalars |= {f"held_out/{label}/{key}": value for key, value in measure.scalars.items()}
-                log.info("step %d | held-out %s | loss %.4f | pplx %.2f | bpt %.4f | acc %.2f%%", step, label,
-                         measure.loss, *list(measure.scalars.values())[1:3], 100 * measure.accuracy)
-        write_scalars(step, scalars, self.writer)
-        if self.best is None or mixture.loss < self.best.loss:
-            self._keep_best(step, mixture, measures)
-        log.info("step %d | held-out loss %.4f | pplx %.2f | bpt %.4f | acc %.2f%% | %d tokens | best %.4f at step %d",
-                 step, mixture.loss, mixture.scalars["perplexity"], mixture.scalars["bits_per_token"],
-                 100 * mixture.accuracy, mixture.tokens, self.best.loss, self.best.step)
+        measures = self.measure()[1]
+        mixture, self.best = held_out.conclude(
+            step, measures, self.probs, self.labels, self.best, lambda scalars: write_scalars(step, scalars, self.writer),
+            lambda mixed: self._keep_best(step, mixed, measures))
         return mixture
 
-    def _keep_best(self, step: int, mixture: Measure, measures: list[Measure]) -> None:
+    def _keep_best(self, step: int, mixture: Measure, measures: list[Measure]) -> held_out.Best:
         """model_dir/best/: the weights at `step` (one checkpoint, the earlier best deleted) and best.json."""
         name = f"model.ckpt-{step}"
         self.best = held_out.Best(step, mixture.loss, name, {
             **self.measured_on, "eval_batches": self.cfg.eval_batches,
             "sources": {label: m.loss for label, m in zip(self.labels, measures)}})
-        if not self.chief:
-            return
-        model = self.trainer.model
-        checkpoints.save(os.path.join(held_out.best_dir(self.cfg.model_dir), name),
-                         {"global_step": self.trainer.optimizer.step, **model.weights}, max_save=1)
-        held_out.write_best(self.cfg.model_dir, self.best)
+        if self.chief:
+            checkpoints.save(os.path.join(held_out.best_dir(self.cfg.model_dir), name),
+                             {"global_step": self.trainer.optimizer.step, **self.trainer.model.weights}, max_save=1)
+            held_out.write_best(self.cfg.model_dir, self.best)
+        return self.best

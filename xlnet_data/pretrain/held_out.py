@@ -4,8 +4,12 @@ without) TensorFlow. The evaluation itself is evaluation.py.
     held_out_dirs     the held-out records of a run: the dev split beside each of its record dirs (create --split=dev)
     check_same_model  held-out records of another SentencePiece model than the training records' are refused
     evaluations       how many evaluations a run from one step to another makes (the dry run counts them)
+    Measure           one evaluation of one source (or of the mixture)
+    mixture           the sources' Measures as one, their TensorBoard scalars and log lines
+    conclude          an evaluation's end, for both trainers: its lines, its scalars, the best kept
+    measured_on       what makes two evaluations comparable (the same held-out records, batches, weights, mem_len)
     BEST_DIR, Best    model_dir/best/: the checkpoint of the lowest held-out loss, and best.json (its step, loss,
-                      what it was measured on: a resume on other held-out batches starts a new best)
+                      what it was measured on: a resume on other held-out batches starts a new best, resumed_best)
     read_best, best_checkpoint
 """
 
@@ -14,12 +18,20 @@ from __future__ import annotations
 import dataclasses
 import glob
 import json
+import logging
+import math
 import os
+from collections.abc import Callable
 from typing import Optional
+
+import numpy as np
 
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import provenance, save_dir, validation
+from xlnet_data.pretrain.log_lines import held_out_line, loss_scalars
+
+log = logging.getLogger("xlnet_data")
 
 BEST_DIR = "best"  # model_dir/best/: outside the --max_save rotation of model_dir's own checkpoints
 BEST_JSON = "best.json"
@@ -73,6 +85,61 @@ def source_label(tfrecords_dir: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class Measure:
+    """One evaluation of one source (or of the mixture)."""
+
+    loss: float  # mean cross-entropy (nats) of the predicted tokens
+    accuracy: Optional[float]  # share of the predicted tokens that are the model's top prediction (None: not measured)
+    tokens: int  # predicted tokens counted
+
+    @property
+    def scalars(self) -> dict[str, float]:
+        return {**loss_scalars(self.loss), **({} if self.accuracy is None else {"accuracy": self.accuracy})}
+
+
+def measure(loss_sum: float, count: float, correct: Optional[float] = None) -> Measure:
+    """The Measure of `count` predicted tokens whose losses sum to `loss_sum`, `correct` of them the top guess."""
+    def per_token(value):
+        return value / count if count else math.nan
+    return Measure(per_token(loss_sum), None if correct is None else per_token(correct), int(count))
+
+
+def mixture(step: int, measures: list[Measure], probs, labels: list[str]) -> tuple[Measure, dict[str, float],
+                                                                                list[str]]:
+    """The Measure of the mixture of the sources' `measures` (weighted by the sampling probabilities `probs`), the
+    TensorBoard scalars (held_out/loss ...; with several sources held_out/<label>/loss ... too), and each source's
+    log line (none with one source)."""
+    if len(measures) == 1:
+        mixed = measures[0]
+    else:
+        accuracies = [m.accuracy for m in measures]
+        mixed = Measure(float(np.dot(probs, [m.loss for m in measures])),
+                        None if None in accuracies else float(np.dot(probs, accuracies)), sum(m.tokens for m in measures))
+    scalars = {f"held_out/{key}": value for key, value in mixed.scalars.items()}
+    lines = []
+    if len(measures) > 1:
+        for label, measure in zip(labels, measures):
+            scalars |= {f"held_out/{label}/{key}": value for key, value in measure.scalars.items()}
+            lines.append(held_out_line(step, measure.loss, measure.accuracy, measure.tokens, 0, 0, label))
+    return mixed, scalars, lines
+
+
+def conclude(step: int, measures: list[Measure], probs, labels: list[str], best: Optional[Best],
+             write_scalars: Callable[[dict], None], keep_best: Callable[[Measure], Best]) -> tuple[Measure, Best]:
+    """The end of an evaluation at `step` of the sources' `measures`: each source's line, the scalars written, the
+    mixture kept by `keep_best` (which saves the weights and returns their Best) when it beats `best`, the held-out
+    line. Returns the mixture and the best after it."""
+    mixed, scalars, lines = mixture(step, measures, probs, labels)
+    for line in lines:
+        log.info("%s", line)
+    write_scalars(scalars)
+    if best is None or mixed.loss < best.loss:
+        best = keep_best(mixed)
+    log.info("%s", held_out_line(step, mixed.loss, mixed.accuracy, mixed.tokens, best.loss, best.step))
+    return mixed, best
+
+
+@dataclasses.dataclass(frozen=True)
 class Best:
     """model_dir/best/best.json: the step of the lowest held-out loss, that loss, its checkpoint's name in
     model_dir/best/, and what it was measured on (the held-out dirs, batches, each source's loss)."""
@@ -112,6 +179,22 @@ def measure_changed(best: Best, now: dict) -> Optional[str]:
         if then.get(key) != now[key]:
             return f"other {what} ({then.get(key)}, now {now[key]})"
     return None
+
+
+def resumed_best(model_dir: str, now: dict) -> Optional[Best]:
+    """The best so far that a resumed run keeps: model_dir's best.json where it was measured on the held-out set
+    `now` (measured_on's); None, said in one line, where it was measured on another (a loss of other text is no bar
+    to beat: the run's first evaluation starts a new best, which replaces it)."""
+    best = read_best(model_dir)
+    changed = measure_changed(best, now) if best else None
+    if changed:
+        log.warning("the best checkpoint so far (held-out loss %.4f at step %d, %s) was measured on %s: this run "
+                    "starts a new best at its first evaluation, which replaces it", best.loss, best.step,
+                    best_dir(model_dir), changed)
+        return None
+    if best:
+        log.info("best held-out loss so far %.4f at step %d (%s)", best.loss, best.step, best_dir(model_dir))
+    return best
 
 
 def best_dir(model_dir: str) -> str:

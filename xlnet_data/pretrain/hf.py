@@ -2,7 +2,8 @@
 
 A directory holds `config.json` (Transformers' XLNetConfig), `model.safetensors` (the weights under
 Transformers' parameter names) and the tokenizer files (dataformat/hf_tokenizer.py). Both ways need only
-numpy and safetensors (and TensorFlow to read our checkpoints): neither PyTorch nor Transformers.
+numpy and safetensors (and TensorFlow to read our checkpoints, imported only then: train_torch writes its
+checkpoints with `write` and never loads TensorFlow): neither PyTorch nor Transformers.
 
 How the names map (ours are the original's, see modeling.variable_shapes; L = layer):
 
@@ -34,10 +35,7 @@ import numpy as np
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat import corpus_info, hf_tokenizer
-from xlnet_data.pretrain import checkpoints
-from xlnet_data.pretrain.config import ExportConfig, RunConfig, XLNetConfig
-from xlnet_data.pretrain.model_ops import LAYER_NORM_EPSILON  # the original's, which Transformers' XLNet also uses
-from xlnet_data.pretrain.modeling import variable_shapes
+from xlnet_data.pretrain.config import LAYER_NORM_EPSILON, ExportConfig, RunConfig, XLNetConfig
 
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"  # sharded weights (Transformers' large saves)
@@ -105,6 +103,8 @@ def from_hf(tensors: Mapping[str, np.ndarray], config: XLNetConfig, source: str)
     """Transformers' tensors as our weights, every one checked against the model's shapes. HFFormatError (one
     line, naming `source` and the parameter) for a missing or misshapen tensor, or shared biases that differ
     between layers. A missing lm_loss.bias (a save of XLNetModel or of a classifier) becomes zeros."""
+    from xlnet_data.pretrain.modeling import variable_shapes
+
     shapes = variable_shapes(config)
     parts: dict[str, list] = {}
     for link in links(config):
@@ -291,23 +291,36 @@ class ExportResult(NamedTuple):
 
 
 def export(cfg: ExportConfig, model_card: str = "") -> ExportResult:
-    """Writes a directory that Transformers' XLNetLMHeadModel and AutoTokenizer load with from_pretrained:
-    config.json with cfg.run, the training run's settings (cfg.pretraining) in PRETRAINING_FILE, `model_card` in
-    README.md. Each file is written under a temporary name and renamed; config.json comes last, so a directory
-    without it is incomplete. An existing export is refused unless cfg.overwrite."""
-    st_numpy = _safetensors_numpy()
+    """Writes a directory that Transformers' XLNetLMHeadModel and AutoTokenizer load with from_pretrained, from
+    the weights of cfg.checkpoint (see `write`). An existing export is refused unless cfg.overwrite."""
+    from xlnet_data.pretrain import checkpoints
+    from xlnet_data.pretrain.modeling import variable_shapes
+
     config_path = os.path.join(cfg.output_dir, CONFIG_FILE)
     if not cfg.overwrite and (fileio.exists(config_path) or fileio.exists(os.path.join(cfg.output_dir, WEIGHTS_FILE))):
         raise HFFormatError(f"--output_dir={cfg.output_dir} already holds an export; use --overwrite or a new dir")
-    config = hf_config(cfg.model, cfg.run)  # refuses a shape Transformers cannot hold, before any reading
-    tokenizer = hf_tokenizer.tokenizer_files(cfg.sp_path, cfg.uncased, cfg.keep_accents)
-    num_pieces = len(hf_tokenizer.read_model_proto(tokenizer["spiece.model"]).pieces)
-    if num_pieces != cfg.model.n_token:
-        raise HFFormatError(f"--sp_path={cfg.sp_path} has {num_pieces} pieces, the model's vocabulary is "
-                            f"{cfg.model.n_token} (n_token): give the SentencePiece model the records were made with")
+    hf_config(cfg.model, cfg.run)  # refuses a shape Transformers cannot hold, before any reading
     weights = checkpoints.read(cfg.checkpoint, variable_shapes(cfg.model))
-    tensors = to_hf(weights, cfg.model)
+    return write(cfg, to_hf(weights, cfg.model), model_card)
+
+
+def write(cfg: ExportConfig, tensors: Mapping[str, np.ndarray], model_card: str = "") -> ExportResult:
+    """The one writer of a Transformers directory (export_hf's exports, train_torch's checkpoints): `tensors`
+    (Transformers' names, float32, without the tied lm_loss.weight) in model.safetensors, config.json with cfg.run,
+    the training run's settings (cfg.pretraining) in PRETRAINING_FILE, the tokenizer of cfg.sp_path (none where it
+    is empty), `model_card` in README.md. Each file is written under a temporary name and renamed; config.json
+    comes last, so a directory without it is incomplete."""
+    st_numpy = _safetensors_numpy()
+    config = hf_config(cfg.model, cfg.run)
+    tokenizer = hf_tokenizer.tokenizer_files(cfg.sp_path, cfg.uncased, cfg.keep_accents) if cfg.sp_path else {}
+    if tokenizer:
+        num_pieces = len(hf_tokenizer.read_model_proto(tokenizer["spiece.model"]).pieces)
+        if num_pieces != cfg.model.n_token:
+            raise HFFormatError(f"--sp_path={cfg.sp_path} has {num_pieces} pieces, the model's vocabulary is "
+                                f"{cfg.model.n_token} (n_token): give the SentencePiece model the records were made "
+                                "with")
     fileio.makedirs(cfg.output_dir)
+    tensors = {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in tensors.items()}
     contents = {**tokenizer, WEIGHTS_FILE: st_numpy.save(tensors, metadata={"format": "pt"})}
     if cfg.pretraining:
         contents[PRETRAINING_FILE] = _json_bytes({key: getattr(cfg.pretraining, key) for key in PRETRAINING_KEYS})

@@ -33,8 +33,6 @@ Differences from the original, all deliberate:
 
 from __future__ import annotations
 
-import dataclasses
-import glob
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Optional
@@ -42,64 +40,14 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from xlnet_data.common.errors import UserError
-from xlnet_data.dataformat import record_info, save_dir, validation
-from xlnet_data.dataformat.examples import generated
 from xlnet_data.dataformat.vocab import CLS_ID, SEP_ID
 from xlnet_data.pretrain import cache_input
 from xlnet_data.pretrain.config import InputConfig
+from xlnet_data.pretrain.layout import find_records, position_tables
 
 # (indices in the stream of a batch's consecutive examples [n] int64 tensor, part 0 = first
 # reuse_len positions / 1 = the rest) -> a permutation of range(perm_size) per example [n, perm_size].
 PermutationFn = Callable[[tf.Tensor, int], tf.Tensor]
-
-
-class NoRecordsError(UserError, FileNotFoundError):
-    """A record dir without the records of the settings asked for."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RecordInfo:
-    """The record files chosen for training, in stream order, and their batch count (of bsz_per_host)."""
-
-    filenames: tuple[str, ...]
-    num_batch: int
-    units: tuple[tuple[str, int, tuple[str, ...]], ...] = ()  # (record_info path, its num_batch, its files)
-    cache_units: tuple = ()  # generated.CacheUnit of each cache-backed unit (create --write_records=false)
-
-
-def find_records(record_info_dir: str, config: InputConfig) -> RecordInfo:
-    """Collects the record files of comma-separated record dirs, like the original's get_input_fn.
-
-    Dirs are taken in the given order, record_info files sorted within a dir.
-    """
-    settings = save_dir.RecordSettings.of(config)
-    filenames: list[str] = []
-    num_batch = 0
-    units = []
-    cache_units = []
-    for record_dir in record_info_dir.split(","):
-        pattern = save_dir.record_info_glob(record_dir, config.split, settings)
-        info_paths = sorted(glob.glob(pattern))
-        if not info_paths:
-            raise NoRecordsError(f"no record_info file matches {pattern}: give a save_dir of create (or its tfrecords/ "
-                                 "folder) made with these data settings")
-        for info_path in info_paths:
-            if config.num_passes is not None and save_dir.parse_name(info_path).pass_id >= config.num_passes:
-                continue
-            info = save_dir.read_json(info_path)
-            batches = validation.read_num_batch(info_path, info)
-            num_batch += batches
-            if record_info.is_cache_backed(info):
-                cache_units.append(generated.cache_unit(info_path, info, batches, config.sp_path))
-                continue
-            files = save_dir.record_files(info_path, info)
-            filenames += files
-            units.append((info_path, batches, tuple(files)))
-    if cache_units and units:
-        raise save_dir.SaveDirError(f"{record_info_dir}: holds both records and cache-backed units (create "
-                                    "--write_records=false) for these settings; train on one kind (another save_dir)")
-    return RecordInfo(tuple(filenames), num_batch, tuple(units), tuple(cache_units))
 
 
 def _read_records(filenames: Sequence[str]) -> tf.data.Dataset:
@@ -131,32 +79,6 @@ def random_permutation(seed: int, perm_size: int) -> PermutationFn:
     return permutation
 
 
-def _position_tables(config: InputConfig) -> dict[str, np.ndarray]:
-    """Per position constants of the layout (int32 [seq_len] each), computed once, not per batch.
-
-    offset: the position's part's smallest factorization index + 1 (0 in the memory part, seq_len in the
-      rest: offsetting the rest's indices by seq_len gives the two off-diagonal blocks of perm_mask from the
-      same comparison as the diagonal ones);
-    block_start + the permutation entry at perm_column of the two parts' permutations side by side: the
-      position's index within its part (the same shuffle in every block of perm_size);
-    part: 0 in the memory part, 1 in the rest;
-    shift_source: where the model's target comes from in [record target | input] (the next token of the
-      previous position, each part's first position its own input, as the original shifts each part on its own).
-    """
-    seq_len, reuse_len, perm_size = config.seq_len, config.reuse_len, config.perm_size
-    position = np.arange(seq_len)
-    part = (position >= reuse_len).astype(np.int32)
-    in_part = position - part * reuse_len
-    first_of_part = in_part == 0
-    return {
-        "offset": part * seq_len,
-        "block_start": (in_part // perm_size * perm_size).astype(np.int32),
-        "perm_column": (in_part % perm_size + part * perm_size).astype(np.int32),
-        "part": part,
-        "shift_source": np.where(first_of_part, seq_len + position, position - 1).astype(np.int32),
-    }
-
-
 def _local_perm_features(inputs: tf.Tensor, targets: tf.Tensor, is_masked: tf.Tensor, perms: Sequence[tf.Tensor],
                          config: InputConfig) -> dict[str, tf.Tensor]:
     """The original's `_local_perm` of both parts at once, for a batch ([bsz, seq_len] int32 inputs and
@@ -178,7 +100,7 @@ def _local_perm_features(inputs: tf.Tensor, targets: tf.Tensor, is_masked: tf.Te
     row: the broadcast comparison of every pair and its cast to float were most of the input pipeline's
     time at seq_len 512.
     """
-    tables = _position_tables(config)
+    tables = position_tables(config)
     perm = tf.cast(tf.concat(list(perms), axis=1), tf.int32)
     index = tables["offset"] + tables["block_start"] + tf.gather(perm, tables["perm_column"], axis=1)
 

@@ -10,8 +10,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-# contrib.layers.layer_norm's epsilon, which the original uses everywhere.
-LAYER_NORM_EPSILON = 1e-12
+from xlnet_data.pretrain.config import LAYER_NORM_EPSILON
 
 
 @tf.custom_gradient

@@ -10,13 +10,11 @@ Trainer's step, before AdamWeightDecay.apply.
 from __future__ import annotations
 
 import math
-import re
 
 import tensorflow as tf
 
 from xlnet_data.pretrain.config import TrainConfig
-
-BETA_1, BETA_2 = 0.9, 0.999  # the original's (tf.train.AdamOptimizer and AdamWeightDecayOptimizer defaults)
+from xlnet_data.pretrain.schedule import BETA_1, BETA_2, uses_weight_decay
 
 
 def learning_rate(step, cfg: TrainConfig) -> tf.Tensor:
@@ -32,14 +30,6 @@ def learning_rate(step, cfg: TrainConfig) -> tf.Tensor:
     if warmup == 0:
         return decayed
     return tf.where(step < warmup, peak * step / warmup, decayed)
-
-
-def uses_weight_decay(name: str) -> bool:
-    """The original AdamWeightDecayOptimizer's rule: LayerNorm and biases are not decayed, except the
-    attention biases r_w/r_r/r_s_bias (it lists them to include before it looks for 'bias')."""
-    if re.search("r_s_bias|r_r_bias|r_w_bias", name):
-        return True
-    return not re.search("LayerNorm|layer_norm|bias", name)
 
 
 class AdamWeightDecay(tf.Module):

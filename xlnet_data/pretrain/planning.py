@@ -63,11 +63,7 @@ def announce(cfg: TrainConfig, strategy: tf.distribute.Strategy) -> costs.StepCo
     cost = step_cost(cfg, strategy)
     plan = costs.memory_plan(cfg.model, shape)
     available = device_memory(strategy) if cfg.device_memory is None else cfg.device_memory  # 0: --device_memory=off
-    log.info("plan: %s parameters; %.4g TFLOP per step (model FLOPs); %s tokens per step (%d x %d rows of %d, "
-             "%d micro-batch(es)%s); peak memory %s%s", f"{costs.param_count(cfg.model):,}", cost.flops / 1e12,
-             f"{cost.tokens:,}", replicas, shape.bsz_per_replica, shape.seq_len, shape.micro_batches,
-             ", recomputed" if shape.recompute else "", plan.line(),
-             f" of {costs.gb(available)}" if available else "")
+    log.info("plan: %s", costs.plan_line(cfg.model, shape, cost, plan, available))
     if available:
         where = ("--device_memory" if cfg.device_memory else device_name(strategy))
         costs.check_fits(cfg.model, shape, available, where)

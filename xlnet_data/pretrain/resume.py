@@ -5,7 +5,7 @@
     run_state, restore_state    the rest of what the next step depends on (memories, positions, RNG),
                            checkpointed too, so a resumed run takes the uninterrupted run's steps
     resume_or_initialise   the newest readable checkpoint, else --init_checkpoint, else scratch
-    check_model_dir        xlnet_config.json (the model must be the one there) and run_config.json (for export_hf)
+    (model_dir.py: what a model_dir holds besides checkpoints and what it refuses, shared with train_torch)
 
 A model_dir knows what it was trained from and refuses what contradicts it: the model (xlnet_config.json), the
 records' SentencePiece model and normalisation (run_config.json, for a model_dir with a checkpoint, and beside an
@@ -16,7 +16,6 @@ writes it at a time (MODEL_DIR_LOCK, taken by training.train).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 from typing import TYPE_CHECKING, Optional
@@ -24,17 +23,20 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 import tensorflow as tf
 
-from xlnet_data.common import fileio
 from xlnet_data.common.errors import ConfigError
-from xlnet_data.common.run_lock import FolderLock
-from xlnet_data.dataformat import save_dir, validation
-from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples.generated import Position
 from xlnet_data.pretrain import checkpoints, hf
-from xlnet_data.pretrain.config import TrainConfig, XLNetConfig
+from xlnet_data.pretrain.config import TrainConfig
+from xlnet_data.pretrain.model_dir import (  # noqa: F401 (check_model_dir and records_*: resume's callers know them here)
+    check_model_dir,
+    check_same_sources,
+    check_trained_from,
+    model_dir_lock,
+    records_keep_accents,
+    records_models,
+)
 from xlnet_data.pretrain.modeling import XLNet
 from xlnet_data.pretrain.optimization import AdamWeightDecay
-from xlnet_data.pretrain.sources import source_identity
 from xlnet_data.pretrain.trainer import Trainer
 
 if TYPE_CHECKING:
@@ -42,8 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xlnet_data")
 
-MODEL_DIR_LOCK = FolderLock(".train.lock", "train_gpu", "--model_dir")
-RUN_CONFIG = "run_config.json"
+MODEL_DIR_LOCK = model_dir_lock("train_gpu")
 
 
 # ----- checkpoints -------------------------------------------------------------------------------
@@ -138,7 +139,8 @@ def restore_state(path: str, cfg: TrainConfig, trainer: Trainer) -> ResumedState
         log.warning("%s was trained on other sources than --record_info_dir: each starts where the mixing schedule "
                     "puts it, with empty memories", path)
         return ResumedState()
-    check_same_sources(path, cfg, saved)
+    check_same_sources(path, cfg, [(saved.get(f"{STATE}source_{i}/made_from", b"").decode(),
+                                    saved.get(f"{STATE}source_{i}/record_dir", b"?").decode()) for i in range(count)])
     replicas = trainer.strategy.num_replicas_in_sync if cfg.run.mem_len else 0  # replica_mems' count, unbuilt
     shape = (cfg.run.mem_len, trainer.bsz_per_replica, cfg.model.d_model)
     mems = []
@@ -156,116 +158,10 @@ def restore_state(path: str, cfg: TrainConfig, trainer: Trainer) -> ResumedState
     return ResumedState([int(position) for position in positions], mems, generators)
 
 
-def check_same_sources(path: str, cfg: TrainConfig, saved: dict[str, np.ndarray]) -> None:
-    """ConfigError when a source of --record_info_dir holds other records than the one of its place in checkpoint
-    `path` (one swapped for another, or the list reordered): its position, memories and generator state would
-    continue on other records. Matched by what the records were made from, so moved save_dirs still resume."""
-    count = len(cfg.sources)
-    trained = [(saved.get(f"{STATE}source_{i}/made_from", b"").decode(),
-                saved.get(f"{STATE}source_{i}/record_dir", b"?").decode()) for i in range(count)]
-    here = [source_identity(name) for name in cfg.sources]
-    differ = [i for i in range(count) if trained[i][0] and here[i] and trained[i][0] != here[i]]
-    if not differ:
-        return
-    i = differ[0]
-    order = [identity for identity, _ in trained]
-    how = (f"the same sources in another order: give them as that run did ({','.join(d for _, d in trained)})"
-           if sorted(order) == sorted(here) else
-           f"its source {i + 1} was {trained[i][1]}, of other records: give the record dirs that run read")
-    raise ConfigError(f"--record_info_dir's source {i + 1} ({cfg.sources[i]}) holds other records than the one "
-                      f"{path} was trained on in that place ({how}); or train on these in a new --model_dir, with "
-                      f"--init_checkpoint={path} to start from its weights")
-
-
-def check_model_dir(cfg: TrainConfig, chief: bool, write: bool = True) -> None:
-    """Writes model_dir/xlnet_config.json (the chief of several workers), or checks that the one there is
-    this model's; the same with run_config.json (the records the checkpoints learnt from). `write` False (the dry
-    run): only the checks."""
-    path = os.path.join(cfg.model_dir, "xlnet_config.json")
-    if os.path.exists(path):
-        try:
-            there = XLNetConfig.from_json(path)
-        except (ValueError, TypeError) as err:
-            raise ConfigError(f"{path} is not an xlnet_config.json ({str(err).splitlines()[0]}): a model_dir of "
-                              "another run? Use a new --model_dir") from None
-        if there != cfg.model:
-            changed = ", ".join(f"{key}={value} (here {getattr(cfg.model, key)})"
-                                for key, value in dataclasses.asdict(there).items()
-                                if value != getattr(cfg.model, key))
-            raise ConfigError(f"--model_dir={cfg.model_dir} holds another model: {changed}; use a new model_dir")
-    elif chief and write:
-        os.makedirs(cfg.model_dir, exist_ok=True)
-        try:
-            cfg.model.to_json(path)
-        except OSError as err:
-            raise OSError(f"cannot write {path}: {err.strerror or err}") from None
-    if not chief:
-        return
-    # This run's settings, for export_hf's config.json (memory, attention) and tokenizer (uncased, keep_accents);
-    # rewritten by every run, since a resumed run may change them, but never those of the records it learnt from.
-    trained_from, recorded = check_run_config(cfg)
-    if not write:
-        return
-    run_config = os.path.join(cfg.model_dir, RUN_CONFIG)
-    if recorded:
-        # What the checkpoints learnt from stays recorded where these records do not say (an older create's).
-        trained_from["sp_model_sha256"] = sorted({*(recorded.get("sp_model_sha256") or []),
-                                                  *trained_from["sp_model_sha256"]})
-        if "keep_accents" in recorded:
-            trained_from.setdefault("keep_accents", recorded["keep_accents"])
-    settings = {**dataclasses.asdict(cfg.run), "seq_len": cfg.data.seq_len, "perm_size": cfg.data.perm_size,
-                "train_batch_size": cfg.data.bsz_per_host,  # with seq_len, the tokens of a step (curves.py)
-                "num_predict": cfg.data.num_predict,
-                # how the last run took its steps (it changes no number: a resume may take others)
-                "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "recompute": cfg.recompute,
-                # the records (absolute: export_hf reads them from anywhere), and what they were made from
-                "record_info_dir": ",".join(os.path.abspath(d) for d in cfg.record_info_dir.split(",")),
-                **trained_from}
-    fileio.write_text_atomic(run_config, json.dumps(settings, indent=2) + "\n")
-
-
-def check_run_config(cfg: TrainConfig) -> tuple[dict, Optional[dict]]:
-    """ConfigError when the records contradict what model_dir's checkpoints learnt from (its run_config.json); else
-    (what these records were made from, run_config.json's content where it counts: beside checkpoints)."""
-    trained_from = records_trained_from(cfg)
-    run_config = os.path.join(cfg.model_dir, RUN_CONFIG)
-    if not (checkpoints.listed(cfg.model_dir) and os.path.exists(run_config)):
-        return trained_from, None
-    recorded = save_dir.read_json(run_config)
-    contradiction = contradicts(recorded, trained_from)
-    if contradiction:
-        raise ConfigError(f"--model_dir={cfg.model_dir} was trained on records of {contradiction} ({run_config}): "
-                          "its checkpoints learnt those pieces; resume with records made as before, or train "
-                          "these in a new --model_dir")
-    return trained_from, recorded
-
-
-def records_trained_from(cfg: TrainConfig) -> dict:
-    """run_config.json's record of the records: uncased, the SentencePiece model(s) (for export_hf to ship the
-    very tokenizer) and keep_accents (left out where no corpus_info.json says: export_hf takes its flag)."""
-    trained_from = {"uncased": cfg.data.uncased, "sp_model_sha256": records_models(cfg.record_info_dir)}
-    keep_accents = records_keep_accents(cfg.record_info_dir)
-    if keep_accents is not None:
-        trained_from["keep_accents"] = keep_accents
-    return trained_from
-
-
-def contradicts(recorded: dict, trained_from: dict) -> Optional[str]:
-    """What of a run_config.json (`recorded`) the records (`trained_from`) contradict, in words, or None. A key
-    either lacks (an older run_config.json, records of an older create) contradicts nothing."""
-    there, here = recorded.get("sp_model_sha256") or [], trained_from["sp_model_sha256"]
-    if there and set(here) - set(there):
-        return f"another SentencePiece model (sha256 {', '.join(there)}; these records': {', '.join(here)})"
-    for key in ("uncased", "keep_accents"):
-        if key in recorded and key in trained_from and bool(recorded[key]) != trained_from[key]:
-            return f"{key}={str(bool(recorded[key])).lower()} (these records: {str(trained_from[key]).lower()})"
-    return None
-
-
 def check_init_checkpoint(cfg: TrainConfig) -> None:
-    """ConfigError when --init_checkpoint is one of ours (run_config.json beside it, or in its directory) trained on
-    records that the records of this run contradict (another SentencePiece model, other normalisation): its
-    embeddings are of other pieces. Transformers directories are checked by their tokenizer (train_gpu.py)."""
+    """ConfigError when --init_checkpoint is not a readable checkpoint, or one of ours trained on records that the
+    records of this run contradict (model_dir.check_trained_from). Transformers directories are checked by their
+    tokenizer (train_gpu.py)."""
     if not cfg.init_checkpoint or hf.is_hf_dir(cfg.init_checkpoint):
         return
     parent = os.path.dirname(cfg.init_checkpoint) or "."
@@ -277,28 +173,7 @@ def check_init_checkpoint(cfg: TrainConfig) -> None:
         raise ConfigError(f"--init_checkpoint={cfg.init_checkpoint} cannot be read as a checkpoint ({problem}); give "
                           "a TensorFlow checkpoint (a prefix such as MODEL_DIR/model.ckpt-1000, or a model_dir), or "
                           "an export_hf directory")
-    where = cfg.init_checkpoint if os.path.isdir(cfg.init_checkpoint) else parent
-    run_config = os.path.join(where, RUN_CONFIG)
-    if not os.path.isfile(run_config):  # the original's checkpoints, ours from elsewhere: nothing to compare
-        return
-    contradiction = contradicts(save_dir.read_json(run_config), records_trained_from(cfg))
-    if contradiction:
-        raise ConfigError(f"--init_checkpoint={cfg.init_checkpoint} was trained on records of {contradiction} "
-                          f"({run_config}): its embeddings are of other pieces; use records made with its model and "
-                          "settings, or another --init_checkpoint")
-
-
-def records_models(record_info_dir: str) -> list[str]:
-    """The sha256 of the SentencePiece model(s) the records of every comma-separated dir were made with (their
-    record_infos' made_from; an older create's records name none), sorted."""
-    return sorted({validation.check_units_agree(d) for d in record_info_dir.split(",")} - {None})
-
-
-def records_keep_accents(record_info_dir: str) -> Optional[bool]:
-    """Whether create kept accents in the records (their corpus_info.json; no key: the original's stripping),
-    None where no corpus_info.json is found."""
-    paths = [path for path in map(save_dir.find_corpus_info, record_info_dir.split(",")) if path]
-    return any(CorpusInfo.read(path).value("keep_accents") for path in paths) if paths else None
+    check_trained_from(cfg.init_checkpoint, cfg.init_checkpoint if os.path.isdir(cfg.init_checkpoint) else parent, cfg)
 
 
 def newest_readable(model_dir: str) -> Optional[str]:

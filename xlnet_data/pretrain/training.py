@@ -27,9 +27,8 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_data.common import run_lock, stopping
-from xlnet_data.dataformat import save_dir
 from xlnet_data.datagen import save_dir_lock
-from xlnet_data.pretrain import planning
+from xlnet_data.pretrain import checkpoints, planning
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import TrainConfig
 from xlnet_data.pretrain.costs import StepCost
@@ -44,6 +43,15 @@ from xlnet_data.pretrain.distribution import (
 from xlnet_data.pretrain.evaluation import HeldOut
 from xlnet_data.pretrain.held_out import Best, evaluations
 from xlnet_data.pretrain.inputs import PermutationFn
+from xlnet_data.pretrain.layout import (
+    check_records,
+    in_tfrecords_folders,
+    mixing_schedule,
+    mixture_line,
+    sampling_probs,
+    source_identity,
+    source_tokens,
+)
 from xlnet_data.pretrain.reporting import check_losses, report
 from xlnet_data.pretrain.resume import (
     MODEL_DIR_LOCK,
@@ -55,19 +63,7 @@ from xlnet_data.pretrain.resume import (
     save,
     say_if_a_better_checkpoint_goes,
 )
-from xlnet_data.pretrain.sources import (
-    DamagedRecordsError,
-    RecordsGoneError,
-    Source,
-    check_records,
-    find_damage,
-    mixing_schedule,
-    mixture_line,
-    replica_batches,
-    sampling_probs,
-    source_identity,
-    source_tokens,
-)
+from xlnet_data.pretrain.sources import DamagedRecordsError, RecordsGoneError, Source, find_damage, replica_batches
 from xlnet_data.pretrain.trainer import Trainer
 
 log = logging.getLogger("xlnet_data")
@@ -136,15 +132,6 @@ class _Started:
     resumed: ResumedState
 
 
-def _in_tfrecords_folders(cfg: TrainConfig) -> TrainConfig:
-    """The config with each record dir as its tfrecords/ folder: the library takes create's save_dirs, as
-    train_gpu does."""
-    def folders(dirs):
-        return ",".join(save_dir.tfrecords_dir(d) for d in dirs.split(",")) if dirs else dirs
-    return dataclasses.replace(cfg, record_info_dir=folders(cfg.record_info_dir),
-                               eval_record_info_dir=folders(cfg.eval_record_info_dir))
-
-
 def dry_run(cfg: TrainConfig, steps: int = 5, started: Optional[float] = None, seconds: float = 20.0) -> DryRun:
     """Every check the run makes before its first step (_start's: the records, the held-out records, the plan,
     --init_checkpoint, model_dir and the checkpoint it resumes from), then 1 + `steps` steps (more while they have
@@ -154,7 +141,7 @@ def dry_run(cfg: TrainConfig, steps: int = 5, started: Optional[float] = None, s
     `started`, default now), every other step at the mean of the timed ones, its evaluations as timed. Writes
     nothing: no model_dir, checkpoint, best checkpoint or summary."""
     started = time.time() if started is None else started
-    cfg = _in_tfrecords_folders(cfg)
+    cfg = in_tfrecords_folders(cfg)
     with sum_in_graph_order(), tensor_float_32(cfg.tf32), contextlib.ExitStack() as held:
         run = _start(cfg, held, None, write=False)
         start = min(run.step, cfg.train_steps)
@@ -211,7 +198,7 @@ def _start(cfg: TrainConfig, held: contextlib.ExitStack, strategy: Optional[tf.d
         run_lock.refuse_if_busy(cfg.model_dir, MODEL_DIR_LOCK)
     elif chief:  # one writer per model_dir: a second run on it stops here (FolderBusy)
         held.enter_context(run_lock.hold(cfg.model_dir, MODEL_DIR_LOCK))
-    check_model_dir(cfg, chief, write=write)
+    check_model_dir(cfg, chief, trained=bool(checkpoints.listed(cfg.model_dir)), write=write)
     trainer = Trainer(cfg, strategy)
     step, resumed = resume_or_initialise(cfg, trainer)
     return _Started(strategy, chief, cost, trainer, step, resumed)
@@ -228,7 +215,7 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
     stop_after: end after that many steps of this run without a final checkpoint, as if
       the job were killed (to test resuming).
     """
-    cfg = _in_tfrecords_folders(cfg)
+    cfg = in_tfrecords_folders(cfg)
     # Full float32 matmuls on GPUs unless asked (TF32 keeps 10 bits of mantissa: ~1e-3 off the original).
     with stopping.SignalNote() as stop, sum_in_graph_order(), tensor_float_32(cfg.tf32), \
             contextlib.ExitStack() as held:

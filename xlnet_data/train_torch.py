@@ -1,0 +1,66 @@
+"""python -m xlnet_data.train_torch: pretrain XLNet in PyTorch on records made by create (CPU, a GPU, torchrun).
+
+train_gpu's run on our PyTorch XLNet (pretrain_torch/): the same flags wherever they mean the same (train_flags.py
+defines them once: the data flags from the records, the model, the optimiser, evaluation, the plan, --dry_run,
+--device_memory, --gradient_accumulation_steps, --recompute, --use_bfloat16), the same model_dir checks and
+one-line errors, on the records or a token cache; no TensorFlow is imported. Every checkpoint is a Transformers
+directory, and the model_dir itself the latest (pretrain_torch/checkpoint.py):
+
+    python -m xlnet_data.train_torch --record_info_dir=proc_data/austen --model_dir=models/austen-torch ...
+    XLNetLMHeadModel.from_pretrained("models/austen-torch"); AutoTokenizer.from_pretrained("models/austen-torch")
+
+Several GPUs or machines: `torchrun --nproc_per_node=N -m xlnet_data.train_torch ...` (pretrain_torch/distributed.py).
+The loop is pretrain_torch/training.py; docs/pretraining-torch.md has examples.
+"""
+
+import sys
+
+from absl import flags
+
+from xlnet_data import cli, train_flags
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    """The training flags both trainers read (train_flags.py), and PyTorch's own: the device."""
+    from xlnet_data.pretrain_torch.distributed import DEVICES
+
+    train_flags.define_flags()
+    flags.DEFINE_enum("device", "auto", DEVICES, "auto: each rank the GPU of its LOCAL_RANK where torch sees GPUs, "
+                      "else the CPU; cpu; cuda.")
+
+
+def _train():
+    started = train_flags.process_start()
+    config = train_flags.config_from_flags()  # a UserError or OSError (a flag, the records) is cli.run's line
+    from xlnet_data.pretrain_torch import distributed, training
+
+    if FLAGS.dry_run:
+        dry = training.dry_run(config, started, FLAGS.dry_run_steps, FLAGS.dry_run_seconds, device=FLAGS.device)
+        print("\n".join(dry.lines(config.model_dir)))
+        return 0
+    try:
+        result = training.train(config, device=FLAGS.device)
+    except distributed.LOST_RANK_ERRORS as err:
+        if not distributed.is_lost_rank(err):
+            raise
+        ranks = distributed.start(FLAGS.device)
+        return cli.fail("train_torch", distributed.lost_rank_message(err, ranks, config.model_dir))
+    if result.stopped_by is not None:
+        return train_flags.stopped("train_torch", result)
+    best = (f"; best held-out loss {result.best.loss:.4f} at step {result.best.step}" if result.best else "")
+    print(f"done: step {result.step}; {config.model_dir} is a Transformers directory of its weights (checkpoints "
+          f"and summaries in it){best}", file=sys.stderr)
+    return 0
+
+
+main = train_flags.main_of(_train, "train_torch")
+
+
+def run():
+    cli.run(main, "train_torch", __doc__, define_flags)
+
+
+if __name__ == "__main__":
+    run()
