@@ -52,7 +52,7 @@ from xlnet_data.dataformat.inspection import (
 from xlnet_data.dataformat.selection import InspectionError, Selection, SelectionConfig, select
 from xlnet_data.dataformat.stats import UnkCounter, WordCounter, compute_stats, format_stats, plot_stats, table_starts
 from xlnet_data.dataformat.words import WordStarts
-from xlnet_data.datagen import save_dir_lock
+from xlnet_data.dataformat import save_dir_lock
 
 # =====================================================================================
 # The command line (absl flags live only here).

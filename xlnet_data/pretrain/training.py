@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_data.common import run_lock, stopping
-from xlnet_data.datagen import save_dir_lock
+from xlnet_data.dataformat import save_dir_lock
 from xlnet_data.pretrain import checkpoints, planning
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import TrainConfig

@@ -1,6 +1,6 @@
-"""create's side of its save_dir lock (common/run_lock.py): the lock's name, and the stale temporary files
-of killed runs, which only the holder may remove; and the readers' lock (train_gpu and dump hold it shared while
-they read a save_dir), which create takes whole before it removes records (--overwrite)."""
+"""A save_dir's locks, for its writer and its readers alike (common/run_lock.py): create's lock, and the stale
+temporary files of killed runs, which only its holder may remove; and the readers' lock (the trainers and dump hold
+it shared while they read a save_dir), which create takes whole before it removes records (--overwrite)."""
 
 import contextlib
 import logging
