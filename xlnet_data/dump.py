@@ -43,7 +43,7 @@ from typing import Optional
 import numpy as np
 
 from xlnet_data.common.progress import CountProgress
-from xlnet_data.dataformat import save_dir, settings
+from xlnet_data.dataformat import save_dir, save_dir_lock, settings
 from xlnet_data.dataformat import vocab as _vocab
 from xlnet_data.dataformat.inspection import (
     example_to_json,
@@ -52,7 +52,6 @@ from xlnet_data.dataformat.inspection import (
 from xlnet_data.dataformat.selection import InspectionError, Selection, SelectionConfig, select
 from xlnet_data.dataformat.stats import UnkCounter, WordCounter, compute_stats, format_stats, plot_stats, table_starts
 from xlnet_data.dataformat.words import WordStarts
-from xlnet_data.dataformat import save_dir_lock
 
 # =====================================================================================
 # The command line (absl flags live only here).

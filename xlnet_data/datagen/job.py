@@ -8,11 +8,10 @@ from collections.abc import Sequence
 from typing import Optional
 
 from xlnet_data.common import fileio, run_lock
-from xlnet_data.dataformat import record_info, save_dir
+from xlnet_data.dataformat import record_info, save_dir, save_dir_lock
 from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples import generated
 from xlnet_data.dataformat.examples.loop import Unit
-from xlnet_data.dataformat import save_dir_lock
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import CreateError, make_plan, prepare_save_dir
 from xlnet_data.datagen.units import UnitResult
