@@ -232,3 +232,14 @@ def test_one_line_errors_for_a_model_dir_of_another_shape_or_of_records_of_anoth
     assert result.returncode == 2 and last.startswith(f"train_torch: error: --model_dir={model_dir} was trained on "
                                                       "records of another SentencePiece model"), result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_export_hf_reads_the_model_dir_as_its_latest_checkpoint(trained, tmp_path):
+    from safetensors.numpy import load_file
+
+    cfg, _ = trained
+    result = run_module("xlnet_data.export_hf", f"--model_dir={cfg.model_dir}", f"--output_dir={tmp_path / 'hf'}",
+                        "--agreement_lines=0")
+    assert result.returncode == 0, result.stderr
+    ours, exported = (load_file(os.path.join(d, "model.safetensors")) for d in (cfg.model_dir, tmp_path / "hf"))
+    assert sorted(ours) == sorted(exported) and all(np.array_equal(ours[k], exported[k]) for k in ours)

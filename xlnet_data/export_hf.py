@@ -108,6 +108,8 @@ def config_from_flags():
         checkpoint, where = FLAGS.checkpoint, _settings_dir(FLAGS.checkpoint)
     elif FLAGS.model_dir:
         checkpoint, where = checkpoints.latest(FLAGS.model_dir), FLAGS.model_dir
+        if not checkpoint and hf.is_hf_dir(FLAGS.model_dir):  # train_torch's: the model_dir holds its latest weights
+            checkpoint = FLAGS.model_dir
         if not checkpoint:
             raise ConfigError(f"--model_dir={FLAGS.model_dir} holds no checkpoint (no `checkpoint` file listing one)")
     else:

@@ -292,7 +292,8 @@ class ExportResult(NamedTuple):
 
 def export(cfg: ExportConfig, model_card: str = "") -> ExportResult:
     """Writes a directory that Transformers' XLNetLMHeadModel and AutoTokenizer load with from_pretrained, from
-    the weights of cfg.checkpoint (see `write`). An existing export is refused unless cfg.overwrite."""
+    the weights of cfg.checkpoint (a TensorFlow checkpoint, or a Transformers directory: train_torch's; see `write`).
+    An existing export is refused unless cfg.overwrite."""
     from xlnet_data.pretrain import checkpoints
     from xlnet_data.pretrain.modeling import variable_shapes
 
@@ -300,7 +301,10 @@ def export(cfg: ExportConfig, model_card: str = "") -> ExportResult:
     if not cfg.overwrite and (fileio.exists(config_path) or fileio.exists(os.path.join(cfg.output_dir, WEIGHTS_FILE))):
         raise HFFormatError(f"--output_dir={cfg.output_dir} already holds an export; use --overwrite or a new dir")
     hf_config(cfg.model, cfg.run)  # refuses a shape Transformers cannot hold, before any reading
-    weights = checkpoints.read(cfg.checkpoint, variable_shapes(cfg.model))
+    if is_hf_dir(cfg.checkpoint):  # train_torch's model_dir or checkpoint dir: Transformers' tensors, checked
+        weights = from_hf(read_tensors(cfg.checkpoint), cfg.model, os.path.join(cfg.checkpoint, WEIGHTS_FILE))
+    else:
+        weights = checkpoints.read(cfg.checkpoint, variable_shapes(cfg.model))
     return write(cfg, to_hf(weights, cfg.model), model_card)
 
 

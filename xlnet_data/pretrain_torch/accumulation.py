@@ -34,17 +34,21 @@ def join_micro_rows(parts: list[Tensor], n_dir: int, axis: int = 0) -> Tensor:
 
 
 def forward_backward(model: torch.nn.Module, features: dict[str, Tensor], mems: Optional[list[Tensor]], steps: int,
-                     bi_data: bool, autocast=contextlib.nullcontext,
-                     no_sync=contextlib.nullcontext) -> tuple[Tensor, Optional[list[Tensor]]]:
+                     bi_data: bool, autocast=contextlib.nullcontext, no_sync=contextlib.nullcontext,
+                     num_targets: Optional[float] = None, replicas: int = 1) -> tuple[Tensor, Optional[list[Tensor]]]:
     """On one replica: backward of the target-weighted mean loss of its rows, in `steps` micro-batches (the
     gradients add up in .grad); returns (the loss, detached; the next memories of all rows).
 
     autocast: a function giving the context each forward pass runs in (bfloat16's torch.autocast). no_sync: a
     function giving a context that holds DDP's all-reduce back (DistributedDataParallel.no_sync), entered for every
-    micro-batch but the last."""
+    micro-batch but the last. num_targets: the step's targets over all `replicas` ranks (default: this rank's): each
+    rank's losses are weighted by it and its gradient scaled by `replicas`, so that DDP's mean over the ranks is the
+    gradient of the step's one target-weighted mean, whatever each rank's count (the returned loss is this rank's
+    share of it: their sum is the step's loss)."""
     n_dir = 2 if bi_data else 1
-    num_targets = features["target_mask"].float().sum()
-    loss = torch.zeros((), device=num_targets.device)
+    if num_targets is None:
+        num_targets = features["target_mask"].float().sum()
+    loss = torch.zeros((), device=features["target_mask"].device)
     new_mems = []
     for k in range(steps):
         micro = {key: micro_rows(value, k, steps, n_dir) for key, value in features.items()}
@@ -53,7 +57,7 @@ def forward_backward(model: torch.nn.Module, features: dict[str, Tensor], mems: 
             with autocast():
                 out = model(micro, micro_mems)
                 share = (out.token_loss * micro["target_mask"].float()).sum() / num_targets
-            share.backward()
+            (share * replicas if replicas > 1 else share).backward()
         loss += share.detach()
         new_mems.append(out.new_mems)
     if mems is None or new_mems[0] is None:

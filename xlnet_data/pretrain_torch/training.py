@@ -4,7 +4,8 @@
     setup       the checks (records, plan, model_dir), the model (train_gpu's initialisers, the same seed), the
                 optimiser, the resume (checkpoint.py) or --init_checkpoint, the sources (data.py) with their memories
     train       per step: the source the mixing schedule names, this rank's rows of it in K micro-batches
-                (accumulation.py), DDP's mean of the gradients, global-norm clipping, the original's Adam (optim.py);
+                (accumulation.py) weighted by the step's targets over all ranks (so N ranks take one rank's step; train_gpu
+                weights each replica by its own), DDP's mean of the gradients, clipping, the original's Adam (optim.py);
                 the log line every --iterations steps, the held-out loss every --eval_every, a checkpoint every
                 --save_steps and at the end; SIGTERM/SIGINT: a checkpoint at the current step, then the end (the same
                 command resumes exactly: weights, optimiser, memories, positions, random states)
@@ -82,12 +83,17 @@ class Run:
         return torch.autocast(self.ranks.device.type, dtype=torch.bfloat16)
 
     def train_step(self) -> tuple[torch.Tensor, torch.Tensor, float]:
-        """One update: (this rank's loss, the gradient norm before clipping, the learning rate)."""
+        """One update: (this rank's share of the step's loss, the gradient norm before clipping, the learning
+        rate)."""
         source = self.sources[self.schedule[self.step]]
         batch = {name: torch.from_numpy(value).to(self.ranks.device) for name, value in source.next_batch().items()}
         no_sync = getattr(self.net, "no_sync", contextlib.nullcontext)
+        num_targets = None  # one rank: its own count
+        if self.ranks.distributed:  # the step's count over the ranks: their shares sum to one rank's mean
+            num_targets = float(distributed.all_sum([float(batch["target_mask"].sum())], self.ranks)[0])
         loss, source.mems = forward_backward(self.net, batch, source.mems, self.cfg.gradient_accumulation_steps,
-                                             self.cfg.run.bi_data, self.autocast, no_sync)
+                                             self.cfg.run.bi_data, self.autocast, no_sync, num_targets,
+                                             self.ranks.world_size)
         parameters = list(self.optimizer.parameters.values())
         gnorm = clip_by_global_norm(parameters, self.cfg.clip)
         lr = self.optimizer.apply()
@@ -245,8 +251,8 @@ def _train(run: Run, stop: stopping.SignalNote, stop_after: Optional[int]) -> Tr
     end = cfg.train_steps if stop_after is None else min(cfg.train_steps, step + stop_after)
     while step < end and stop.signum is None:
         loss, gnorm, lr = run.train_step()
-        if run.ranks.distributed:  # the log's loss: the mean over the ranks, as train_gpu's over its replicas
-            loss = torch.tensor(distributed.all_sum([float(loss)], run.ranks)[0] / run.ranks.world_size)
+        if run.ranks.distributed:  # the step's loss: the sum of the ranks' shares
+            loss = torch.tensor(distributed.all_sum([float(loss)], run.ranks)[0])
         step += 1
         window.append(loss)  # a tensor: read at the next report, so the device need not wait
         if step % cfg.iterations == 0 or step == cfg.train_steps:
