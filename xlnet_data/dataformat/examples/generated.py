@@ -109,9 +109,9 @@ def open_loop(unit: CacheUnit, vocab_size: Optional[int] = None) -> UnitLoop:
     """The unit's loop at its first step: its task's stream read back in the unit's order, laid out, seeded."""
     index = check_cache(unit)
     rows, random_state = unit_rows(unit.settings, unit.unit, len(index.shards),
-                                   functools.partial(token_cache.read_stream, unit.save_dir, index))
-    if vocab_size is not None and rows.data.size and int(rows.data.max()) >= vocab_size:
-        raise TokenCacheError(f"{unit.info_path}: its token cache holds id {int(rows.data.max())}, outside the "
+                                   functools.partial(token_cache.mapped_stream, unit.save_dir, index))
+    if vocab_size is not None and rows.stream.max_id >= vocab_size:
+        raise TokenCacheError(f"{unit.info_path}: its token cache holds id {rows.stream.max_id}, outside the "
                               f"vocabulary of {vocab_size}; {_rerun_hint(unit)}")
     is_start = _start_piece_table(provenance.sha256_of(unit.sp_path), unit.sp_path)  # check_cache hashed it
     return UnitLoop(unit.settings, rows, is_start, rng.numpy_state(random_state), rng.python_state(unit.unit.seed))
