@@ -46,6 +46,16 @@ def _encode_and_run_unit(config, unit, task: TaskPlan, encode_threads):
                           made_from=task.made_from)
 
 
+def _cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def worker_count(plan: Plan, num_workers=None) -> int:
+    """The worker processes run_local starts for `plan`: `num_workers` (default: the CPU count), at most one a
+    unit."""
+    return min(len(plan.units), num_workers or _cores())
+
+
 def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     """Runs the plan, `num_workers` processes at a time (default: the CPU count): first the tasks encoded in
     memory, each with its one unit in the same job, and the encode stage (each other task encoded into its token
@@ -54,8 +64,8 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     todo = plan.units
     if not todo:
         return []
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    num_workers = min(len(todo), num_workers or cores)
+    cores = _cores()
+    num_workers = worker_count(plan, num_workers)
     encode_threads = max(1, cores // max(1, min(num_workers, len(plan.tasks))))
     single_jobs = [(config, unit, plan.tasks[unit.task], encode_threads) for unit in plan.memory_units()]
     encode_jobs = [(config, task, encode_threads) for task in plan.cache_tasks()]
