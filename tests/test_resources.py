@@ -47,10 +47,12 @@ def test_a_plan_that_fits_is_one_line_and_no_refusal():
 
 
 def test_too_little_memory_names_the_workers_that_fit():
-    fit = plan([task(0), task(1), task(2), task(3)], workers=4, machine_=machine(memory_mb=500))
-    why = resources.refusal(fit, LAYOUT, machine(memory_mb=500))
-    assert why.startswith("create would hold ~") and why.endswith("of memory is available (cgroup memory.max); "
-                                                                  "--num_workers=2 fits")
+    """Four workers of ~232 MB (their own 160, buffers 40, boundaries 32) and their parent's 100: 1,028 MB; three
+    and the parent fit 800."""
+    fit = plan([task(0), task(1), task(2), task(3)], workers=4, machine_=machine(memory_mb=800))
+    why = resources.refusal(fit, LAYOUT, machine(memory_mb=800))
+    assert why.startswith("create would hold ~1.1 GB (4 worker(s) x ~243 MB) but 839 MB of memory is available "
+                          "(cgroup memory.max); --num_workers=3 fits")
     assert "\n" not in why
 
 

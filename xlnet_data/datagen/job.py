@@ -128,6 +128,7 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
         if fit is not None:
             plan = resources.with_tasks_of(plan, fit)
         save_dir_lock.remove_stale_temporaries(config.save_dir)
+        save_dir_lock.tell_last_peak(config.save_dir)
         prepare_save_dir(config, plan, overwrite)
         try:
             if beam_args is not None:

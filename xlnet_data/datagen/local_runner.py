@@ -6,7 +6,7 @@ import os
 from xlnet_data.common import memory, workers
 from xlnet_data.common.progress import Progress
 from xlnet_data.dataformat.vocab import load_sentencepiece
-from xlnet_data.datagen import encode, units
+from xlnet_data.datagen import encode, save_dir_lock, units
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import Plan, TaskPlan
 
@@ -71,6 +71,7 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     encode_jobs = [(config, task, encode_threads) for task in plan.cache_tasks()]
     unit_jobs = [(config, unit, plan.tasks[unit.task]) for unit in plan.cache_units()]
     progress = Progress(plan.input_bytes)
+    peak = memory.PeakRecorder(save_dir_lock.peak_path(config.save_dir))  # left behind if the kernel kills the run
     counts = [0, 0, 0, 0]  # lines, tokens, records, bytes read
     done = []
 
@@ -78,10 +79,12 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
         for i, n in enumerate(more):
             counts[i] += n
         progress.update(*counts, len(done), len(todo))
+        peak.sample()
 
     def on_unit_done(index, result):
         done.append(result)
         progress.update(*counts, len(done), len(todo))
+        peak.sample()
 
     try:
         if num_workers == 1:  # in this process, as its owner set it up
@@ -99,6 +102,8 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
                 pool.run(_run_unit, unit_jobs, on_done=on_unit_done, on_counts=on_counts)
     except BaseException:
         progress.close()  # the error is the last line
+        peak.close()  # a run that ends, even stopped, leaves no figure: only one the kernel killed does
         raise
     progress.close(*counts, len(done), len(todo))  # the counts the summary has
+    peak.close()
     return sorted(done, key=lambda result: (result.unit.task, result.unit.pass_id))

@@ -23,12 +23,13 @@ from typing import Optional
 
 import numpy as np
 
-from xlnet_data.common import fileio
+from xlnet_data.common import fileio, memory
 from xlnet_data.dataformat import token_cache
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import Plan, size_or_zero
 
 WORKER_BYTES = 160 << 20  # a worker's own memory: Python, numpy, SentencePiece, the compiled loop; measured 130-150 MB
+PARENT_BYTES = 100 << 20  # the parent of several workers (the run itself: Python, numpy, SentencePiece)
 ENCODE_BYTES_PER_TOKEN = 6.0  # a file being encoded: int32 ids, bool flags (and word starts), block temporaries
 IN_MEMORY_BYTES_PER_TOKEN = 6.5  # a task's stream held for its one pass: ids int32, flags, the files' chunks
 BOUNDARY_BYTES = 8  # a sentence boundary of the rows: int32, both ways
@@ -88,8 +89,9 @@ class ResourcePlan:
 
     @property
     def memory(self) -> int:
-        """The run's peak: `workers` workers at once, each at its larger stage."""
-        return self.workers * max(self.encode_memory, self.unit_memory)
+        """The run's peak: `workers` workers at once, each at its larger stage, and their parent (one worker runs
+        in the run's own process)."""
+        return workers_memory(self.workers, max(self.encode_memory, self.unit_memory))
 
     @property
     def disk(self) -> int:
@@ -104,6 +106,10 @@ class ResourcePlan:
                 f"available ({machine.memory_source}); disk ~{mb(self.cache_disk)} of token cache + ~"
                 f"{mb(self.records_disk)} of records = ~{mb(self.disk)} of {mb(machine.disk_free)} free on "
                 f"{machine.disk_path}")
+
+
+def workers_memory(workers: int, per_worker: int) -> int:
+    return workers * per_worker + (PARENT_BYTES if workers > 1 else 0)
 
 
 def mb(nbytes: float) -> str:
@@ -152,7 +158,8 @@ def refusal(plan: ResourcePlan, layout: Layout, machine: Machine) -> Optional[st
     """Why `plan` cannot run on `machine`, with the smallest change that fits, in one line; None when it fits."""
     if plan.memory > machine.memory:
         per_worker = max(plan.encode_memory, plan.unit_memory)
-        fit = machine.memory // per_worker
+        fit = max((workers for workers in range(1, plan.workers) if workers_memory(workers, per_worker) <= machine.memory),
+                  default=0)
         what = (f"create would hold ~{mb(plan.memory)} ({plan.workers} worker(s) x ~{mb(per_worker)}) but "
                 f"{mb(machine.memory)} of memory is available ({machine.memory_source})")
         if fit >= 1:
@@ -177,12 +184,14 @@ def refusal(plan: ResourcePlan, layout: Layout, machine: Machine) -> Optional[st
 
 def available_memory() -> tuple[int, str]:
     """(bytes, where from): the tightest of the cgroup's limit less its use (v2 memory.max, v1
-    memory.limit_in_bytes, of this process's cgroup and those above it) and MemAvailable."""
+    memory.limit_in_bytes, of this process's cgroup and those above it) and MemAvailable, this process's own
+    resident memory added back (the plan counts it: a worker, or the workers' parent)."""
+    own = memory.resident_with_children()
     found = []
     meminfo = _read("/proc/meminfo")
     for line in (meminfo or "").splitlines():
         if line.startswith("MemAvailable:"):
-            found.append((int(line.split()[1]) * 1024, "MemAvailable"))
+            found.append((int(line.split()[1]) * 1024 + own, "MemAvailable"))
     for folder, limit_name, usage_name in _cgroup_folders():
         limit, usage = _read(os.path.join(folder, limit_name)), _read(os.path.join(folder, usage_name))
         if limit is None or usage is None or not limit.strip().isdigit():  # "max": no limit
@@ -191,7 +200,7 @@ def available_memory() -> tuple[int, str]:
         reclaimable = sum(int(line.split()[1]) for line in stat.splitlines()
                           if line.split()[:1] in (["inactive_file"], ["total_inactive_file"]))
         if int(limit) < 1 << 60:
-            found.append((max(0, int(limit) - int(usage) + reclaimable), f"cgroup {limit_name}"))
+            found.append((max(0, int(limit) - int(usage) + reclaimable + own), f"cgroup {limit_name}"))
     return min(found) if found else (1 << 62, "no limit known")
 
 

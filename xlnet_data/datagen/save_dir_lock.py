@@ -1,17 +1,34 @@
-"""create's side of its save_dir lock (common/run_lock.py): the lock's name, and the stale temporary files
-of killed runs, which only the holder may remove."""
+"""create's side of its save_dir lock (common/run_lock.py): the lock's name, the stale temporary files
+of killed runs, which only the holder may remove, and the peak memory the last run recorded."""
 
 import logging
 import os
 import re
 
-from xlnet_data.common import fileio
+from xlnet_data.common import fileio, memory
 from xlnet_data.common.run_lock import FolderLock
 from xlnet_data.dataformat import save_dir
 
 log = logging.getLogger("xlnet_data")
 
 SAVE_DIR_LOCK = FolderLock(".create.lock", "create", "--save_dir")
+PEAK_FILE = ".create.peak.json"  # the running create's peak resident memory (common/memory.PeakRecorder)
+
+
+def peak_path(folder):
+    return os.path.join(folder, PEAK_FILE)
+
+
+def tell_last_peak(folder):
+    """Logs the peak memory that a run on `folder` which did not end (killed: by the kernel, out of memory?)
+    recorded last, if one did."""
+    found = memory.last_recorded_peak(peak_path(folder))
+    if found:
+        peak, pid, when = found
+        log.warning("%s: the last create run here (pid %d) did not end; its peak resident memory was %.0f MB at "
+                    "%s (its last record): if the kernel killed it for memory, --num_workers lower or a machine "
+                    "with more memory; this run goes on from its complete caches and units", folder, pid,
+                    peak / 1e6, when)
 _TEMP_NAME = re.compile(re.escape(fileio.TMP_MARK) + r"[0-9a-f]{8}-(?P<final>.+)")
 
 
