@@ -7,7 +7,7 @@ there is one, else MemAvailable) and the save_dir's free disk (machine_of). A pl
 one line naming the smallest change that does (check); one that fits is one line too (ResourcePlan.line).
 The functions that decide are pure: the tests give them a small memory or disk.
 
-The figures (see BENCHMARKS.md, issue 45): a worker process with the compiled loop loaded holds about
+The figures (benchmarks/bench_create_memory.py measures a run's peak): a worker process with the compiled loop loaded holds about
 WORKER_BYTES; encoding a file holds its ids, flags and word starts until written (ENCODE_BYTES_PER_TOKEN of
 the largest file); a unit that reads a mapped token cache holds its rows' sentence boundaries (8 bytes each,
 about one a line) and its buffers, not its tokens; a task encoded in memory for its one unit holds its stream
