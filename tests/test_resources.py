@@ -47,12 +47,12 @@ def test_a_plan_that_fits_is_one_line_and_no_refusal():
 
 
 def test_too_little_memory_names_the_workers_that_fit():
-    """Four workers of ~232 MB (their own 160, buffers 40, boundaries 32) and their parent's 100: 1,028 MB; three
-    and the parent fit 800."""
-    fit = plan([task(0), task(1), task(2), task(3)], workers=4, machine_=machine(memory_mb=800))
-    why = resources.refusal(fit, LAYOUT, machine(memory_mb=800))
-    assert why.startswith("create would hold ~1.1 GB (4 worker(s) x ~243 MB) but 839 MB of memory is available "
-                          "(cgroup memory.max); --num_workers=3 fits")
+    """Four workers of ~272 MiB (their own 200, buffers 40, boundaries 32) and their parent's 100: 1,188 MiB; three
+    and the parent fit 1,000."""
+    fit = plan([task(0), task(1), task(2), task(3)], workers=4, machine_=machine(memory_mb=1000))
+    why = resources.refusal(fit, LAYOUT, machine(memory_mb=1000))
+    assert why == ("create would hold ~1.2 GB (4 worker(s) x ~285 MB) but 1.0 GB of memory is available "
+                   "(cgroup memory.max); --num_workers=3 fits")
     assert "\n" not in why
 
 
@@ -68,7 +68,7 @@ def test_a_one_pass_task_too_large_for_memory_goes_through_its_cache_instead():
 
 
 def test_memory_that_one_worker_cannot_fit_names_what_can():
-    too_small = machine(memory_mb=200)  # the unit's boundaries: ~233 MB
+    too_small = machine(memory_mb=250)  # a unit: ~272 MiB, with its boundaries
     why = resources.refusal(plan([task()], workers=1, machine_=too_small), LAYOUT, too_small)
     assert "one worker needs" in why and "--num_task" in why
     big_file = plan([task(largest=2000)], workers=1, machine_=machine(memory_mb=2000))

@@ -7,8 +7,8 @@ there is one, else MemAvailable) and the save_dir's free disk (machine_of). A pl
 one line naming the smallest change that does (check); one that fits is one line too (ResourcePlan.line).
 The functions that decide are pure: the tests give them a small memory or disk.
 
-The figures (benchmarks/bench_create_memory.py measures a run's peak): a worker process with the compiled loop loaded holds about
-WORKER_BYTES; encoding a file holds its ids, flags and word starts until written (ENCODE_BYTES_PER_TOKEN of
+The figures (benchmarks/bench_create_memory.py measures a run's peak): a worker process with the compiled loop
+loaded holds about WORKER_BYTES; encoding a file holds its ids, flags and word starts until written (ENCODE_BYTES_PER_TOKEN of
 the largest file); a unit that reads a mapped token cache holds its rows' sentence boundaries (8 bytes each,
 about one a line) and its buffers, not its tokens; a task encoded in memory for its one unit holds its stream
 (IN_MEMORY_BYTES_PER_TOKEN). Records take RECORD_BYTES_PER_POSITION a position (seq_len of them for every
@@ -28,7 +28,8 @@ from xlnet_data.dataformat import token_cache
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import Plan, size_or_zero
 
-WORKER_BYTES = 160 << 20  # a worker's own memory: Python, numpy, SentencePiece, the compiled loop; measured 130-150 MB
+WORKER_BYTES = 200 << 20  # a worker's own memory: Python, numpy, SentencePiece, the compiled loop, shared libraries;
+#                           create's peak RSS on 1.1M tokens (4 MB of text) was 215-255 MB, the buffers below included
 PARENT_BYTES = 100 << 20  # the parent of several workers (the run itself: Python, numpy, SentencePiece)
 ENCODE_BYTES_PER_TOKEN = 6.0  # a file being encoded: int32 ids, bool flags (and word starts), block temporaries
 IN_MEMORY_BYTES_PER_TOKEN = 6.5  # a task's stream held for its one pass: ids int32, flags, the files' chunks
@@ -196,11 +197,13 @@ def available_memory() -> tuple[int, str]:
         limit, usage = _read(os.path.join(folder, limit_name)), _read(os.path.join(folder, usage_name))
         if limit is None or usage is None or not limit.strip().isdigit():  # "max": no limit
             continue
-        stat = _read(os.path.join(folder, "memory.stat")) or ""
-        reclaimable = sum(int(line.split()[1]) for line in stat.splitlines()
-                          if line.split()[:1] in (["inactive_file"], ["total_inactive_file"]))
+        stat = dict(line.split()[:2] for line in (_read(os.path.join(folder, "memory.stat")) or "").splitlines()
+                    if len(line.split()) == 2)
+        # the page cache it may drop: v1 counts its children's apart (total_), v2 counts them in
+        reclaimable = int(stat.get("total_inactive_file", stat.get("inactive_file", 0)))
         if int(limit) < 1 << 60:
-            found.append((max(0, int(limit) - int(usage) + reclaimable + own), f"cgroup {limit_name}"))
+            found.append((min(int(limit), max(0, int(limit) - int(usage) + reclaimable + own)),
+                          f"cgroup {limit_name}"))
     return min(found) if found else (1 << 62, "no limit known")
 
 

@@ -191,6 +191,9 @@ def _write_steps(ids_of, id_bytes, bits_of, by_position, num_rows, row_len, boun
     return max_steps, pos, False
 
 
+RELEASE_EVERY_ROWS = 1024  # examples made between two releases of the mapped stream's pages (UnitLoop.write)
+
+
 class UnitLoop:
     """A unit's rows as the compiled loop reads them, and its two random streams where they stand: `write` goes
     on from there. `is_start` is the model's piece-id table (vocab.start_piece_table), used where the stream has
@@ -207,22 +210,31 @@ class UnitLoop:
 
     def write(self, first_step, max_steps, buf, keep=None):
         """Up to `max_steps` steps from `first_step` (where the random streams stand) into `buf`, the rows of
-        `keep` only (default: all); returns (steps, bytes, done) as _write_steps. The mapped pages it read are
-        dropped from the process after it (TokenStream.release): the unit's memory does not grow with its
-        stream."""
+        `keep` only (default: all); returns (steps, bytes, done) as _write_steps. The mapped pages read are dropped
+        from the process (TokenStream.release) every RELEASE_EVERY_ROWS examples: each may draw its B anywhere in
+        the stream, so without it a chunk of records would leave most of a small cache resident, and with it at
+        most ~4 MB of such pages are; the unit's memory does not grow with its stream."""
         settings, rows = self.settings, self.rows
         stream = rows.stream
         goal_mem, goal_ab = num_predict_parts(settings.num_predict)
+        per_call = max(1, RELEASE_EVERY_ROWS // self.bsz)
+        steps = nbytes = 0
+        done = False
         try:
-            return _write_steps(
-                (stream.id_source, stream.seg_starts, stream.seg_ids), stream.id_bytes,
-                (stream.bit_source, stream.seg_starts, stream.seg_bits), stream.word_starts, rows.num_rows,
-                rows.row_len, rows.bounds, rows.bound_offsets, rows.source, rows.reverse, first_step, max_steps,
-                settings.seq_len, settings.reuse_len, goal_mem, goal_ab, settings.mask_alpha, settings.mask_beta,
-                settings.span_unit == "word", self.is_start, self.cdf, self.np_mt, self.py_mt,
-                records.FEATURE_KEYS, records.FEATURE_KEY_LENGTHS, self.every_row if keep is None else keep, buf)
+            while steps < max_steps and not done:
+                more, written, done = _write_steps(
+                    (stream.id_source, stream.seg_starts, stream.seg_ids), stream.id_bytes,
+                    (stream.bit_source, stream.seg_starts, stream.seg_bits), stream.word_starts, rows.num_rows,
+                    rows.row_len, rows.bounds, rows.bound_offsets, rows.source, rows.reverse, first_step + steps,
+                    min(per_call, max_steps - steps), settings.seq_len, settings.reuse_len, goal_mem, goal_ab,
+                    settings.mask_alpha, settings.mask_beta, settings.span_unit == "word", self.is_start, self.cdf,
+                    self.np_mt, self.py_mt, records.FEATURE_KEYS, records.FEATURE_KEY_LENGTHS,
+                    self.every_row if keep is None else keep, buf[nbytes:])
+                steps, nbytes = steps + more, nbytes + written
+                stream.release()
         finally:
             stream.release()
+        return steps, nbytes, done
 
 
 def steps_per_chunk(bsz_per_host: int, seq_len: int, chunk_bytes: int) -> int:
