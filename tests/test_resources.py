@@ -70,7 +70,11 @@ def test_a_one_pass_task_too_large_for_memory_goes_through_its_cache_instead():
 def test_memory_that_one_worker_cannot_fit_names_what_can():
     too_small = machine(memory_mb=250)  # a unit: ~272 MiB, with its boundaries
     why = resources.refusal(plan([task()], workers=1, machine_=too_small), LAYOUT, too_small)
-    assert "one worker needs" in why and "--num_task" in why
+    assert "one worker needs ~285 MB with the sentence boundaries of its task" in why and "--num_task" in why
+    tiny = machine(memory_mb=150)  # less than a worker holds on any corpus
+    why = resources.refusal(plan([task(mbytes=1)], workers=1, machine_=tiny), LAYOUT, tiny)
+    assert why.endswith("a worker needs ~252 MB whatever the corpus (Python, the compiled loop, its buffers); give "
+                        "the run more memory")
     big_file = plan([task(largest=2000)], workers=1, machine_=machine(memory_mb=2000))
     why = resources.refusal(big_file, LAYOUT, machine(memory_mb=2000))
     assert "the largest file (2.1 GB)" in why and "prepare --num_shards" in why

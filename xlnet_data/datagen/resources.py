@@ -169,7 +169,10 @@ def refusal(plan: ResourcePlan, layout: Layout, machine: Machine) -> Optional[st
             largest = max(task.largest_file_bytes for task in plan.tasks)
             return (f"{what}: one worker encoding the largest file ({mb(largest)}) needs ~{mb(plan.encode_memory)}; "
                     "split the input into smaller files (prepare --num_shards), or give the run more memory")
-        return (f"{what}: one worker needs ~{mb(plan.unit_memory)} for the sentence boundaries of its task; a "
+        if WORKER_BYTES + UNIT_BUFFER_BYTES > machine.memory:
+            return (f"{what}: a worker needs ~{mb(WORKER_BYTES + UNIT_BUFFER_BYTES)} whatever the corpus (Python, the "
+                    "compiled loop, its buffers); give the run more memory")
+        return (f"{what}: one worker needs ~{mb(plan.unit_memory)} with the sentence boundaries of its task; a "
                 "larger --num_task (fewer tokens a task; it changes which examples are made) fits, or more memory")
     if plan.disk > machine.disk_free:
         what = (f"the token cache and records would take ~{mb(plan.disk)} but {machine.disk_path} has "
