@@ -101,12 +101,13 @@ class ResourcePlan:
     def line(self, machine: Machine) -> str:
         in_memory = sum(task.in_memory for task in self.tasks)
         how = f", {in_memory} task(s) in memory" if in_memory else ""
+        disk = [f"~{mb(nbytes)} of {what}" for nbytes, what in ((self.cache_disk, "token cache"),
+                                                                (self.records_disk, "records")) if nbytes]
         return (f"plan: {len(self.tasks)} task(s), ~{self.tokens / 1e6:.1f}M tokens ({self.bytes_per_token:.2f} input "
                 f"bytes a token, measured on the first files){how}; memory {self.workers} worker(s) x ~"
                 f"{mb(max(self.encode_memory, self.unit_memory))} = ~{mb(self.memory)} of {mb(machine.memory)} "
-                f"available ({machine.memory_source}); disk ~{mb(self.cache_disk)} of token cache + ~"
-                f"{mb(self.records_disk)} of records = ~{mb(self.disk)} of {mb(machine.disk_free)} free on "
-                f"{machine.disk_path}")
+                f"available ({machine.memory_source}); disk {' + '.join(disk) or '0 MB'} = ~{mb(self.disk)} of "
+                f"{mb(machine.disk_free)} free on {machine.disk_path}")
 
 
 def workers_memory(workers: int, per_worker: int) -> int:
