@@ -34,7 +34,7 @@ import bench_create
 
 from xlnet_data.common import fileio
 from xlnet_data.dataformat import token_cache
-from xlnet_data.dataformat.examples import loop
+from xlnet_data.dataformat.examples import layout, loop
 from xlnet_data.datagen import corpus, encode, job, text, unigram, units
 from xlnet_data.datagen.config import CreateConfig
 
@@ -103,9 +103,9 @@ STAGES = [  # (module, attribute, stage name): create's stages, outermost first
     (unigram.UnigramEncoder, "encode_ids", "our encoder (unigram.py)"),
     (sentencepiece.SentencePieceProcessor, "encode", "SentencePiece encode"),
     (units, "run_unit", "unit rest: layout, record_info"),
-    (token_cache, "read_stream", "token cache read back"),
+    (token_cache, "mapped_stream", "token cache mapped, its checksums checked"),
     (encode.EncodedTask, "stream", "stream from memory (one pass)"),
-    (loop, "row_boundaries", "sentence boundaries of the rows"),
+    (layout, "row_boundaries", "sentence boundaries of the rows (flags read back)"),
     (loop, "_write_steps", "pass: pairing, masking, records (compiled)"),
     (fileio, "write_array", "file writes (cache and records)"),
 ]

@@ -154,7 +154,30 @@ def test_the_lock_dies_with_its_process_and_a_rerun_removes_the_dead_runs_tempor
     rerun = run_module("xlnet_data.create", *args)
     assert rerun.returncode == 0, rerun.stderr
     assert f"removed {len(left)} temporary file(s) left by an interrupted run" in rerun.stderr
-    assert temporaries(save_dir) == []
+    assert f"the last create run here (pid {killed.pid}) did not end; its peak resident memory was " in rerun.stderr
+    assert temporaries(save_dir) == [] and not (save_dir / ".create.peak.json").exists()
+    assert_same_records(whole_run, save_dir)
+
+
+def test_a_run_killed_mid_encode_is_told_of_by_the_next_which_makes_the_same_records(tmp_path, big_corpus, sample_spm,
+                                                                                   whole_run):
+    """SIGKILL (what the kernel's out-of-memory killer sends) while the token cache is being written: the re-run
+    says the killed run's last recorded peak memory, encodes again and makes the uninterrupted run's records."""
+    save_dir = tmp_path / "out"
+    args = create_args(sample_spm, big_corpus / "*.txt", save_dir, "--num_passes=3", "--num_workers=1")
+    killed = start_create(args)
+    deadline = time.time() + 120
+    while not ((save_dir / ".create.peak.json").exists()
+               and any(name.startswith("token_cache/") for name in temporaries(save_dir))):
+        assert time.time() < deadline and killed.poll() is None, "create never started encoding"
+        time.sleep(0.01)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert not any(name.endswith(".json") for name in os.listdir(save_dir / "tfrecords"))  # no unit complete
+    rerun = run_module("xlnet_data.create", *args)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"the last create run here (pid {killed.pid}) did not end; its peak resident memory was " in rerun.stderr
+    assert temporaries(save_dir) == [] and not (save_dir / ".create.peak.json").exists()
     assert_same_records(whole_run, save_dir)
 
 

@@ -220,7 +220,7 @@ def test_random_corpus_and_flags_match_the_original(cases, case_id):
     for error in original_errors:  # the original fails on a task whose files hold no line at all
         assert "need at least one array to concatenate" in error, f"{error}\n{where}"
     try:
-        create_records(config, num_workers=1)
+        create_records(config, num_workers=1, keep_cache=True)  # the streams read from the cache on disk
     except CreateError as err:  # an empty corpus is one error here (issue 27); the original fails on it
         assert "the corpus is empty" in str(err) and original_errors and not want_infos, f"{err}\n{where}"
         return

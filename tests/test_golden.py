@@ -50,8 +50,10 @@ def assert_same_corpus_info(expected_dir, actual_dir):
 @pytest.mark.parametrize("case", CASES)
 def test_golden_case_is_identical(case, tmp_path):
     case_dir = GOLDEN / case
+    # --keep_cache: every unit reads its task's stream from the token cache on disk (mapped), as a run of several
+    # passes does; a one-pass run's in-memory stream gives the same (test_token_cache).
     result = run_module("xlnet_data.create", *golden_flags(case_dir), f"--save_dir={tmp_path}", "--num_workers=1",
-                        cwd=case_dir)
+                        "--keep_cache", cwd=case_dir)
     assert result.returncode == 0, result.stderr
     assert_same_records(case_dir / "expected", tmp_path)
     assert_same_corpus_info(case_dir / "expected", tmp_path)

@@ -61,7 +61,7 @@ def test_split_matches_the_walk_both_ways(lengths, tot_len, begin_frac, seed, st
         rows.append(flags)
     row_len = min(map(len, rows))
     sent_ids = np.stack([r[:row_len] for r in rows])
-    bounds, offsets = row_boundaries(sent_ids)
+    bounds, offsets = row_boundaries(lambda: iter(sent_ids), len(rows), row_len)  # a row a chunk
     for k in range(2 * len(rows)):
         row = sent_ids[k % len(rows)][::1 if k < len(rows) else -1]
         row_bounds = bounds[offsets[k]:offsets[k + 1]]

@@ -206,9 +206,9 @@ def test_carriage_returns_are_dropped_as_tf_gfile_drops_them(tmp_path, data, ids
 def test_bidirectional_layout_interleaves_reversed_rows_per_core():
     ids = np.arange(24, dtype=np.int32)
     rows = layout.layout_rows(ids, ids % 2 == 0, bsz_per_host=8, num_core=2, bi_data=True)
-    data, _ = layout.materialize(rows)
+    data = layout.materialize(rows)
     fwd = ids.reshape(4, 6)
     want = np.stack([fwd[0], fwd[1], fwd[0, ::-1], fwd[1, ::-1], fwd[2], fwd[3], fwd[2, ::-1], fwd[3, ::-1]])
     np.testing.assert_array_equal(data, want)
     plain = layout.layout_rows(ids[:23], ids[:23] > 0, bsz_per_host=4, num_core=1, bi_data=False)
-    np.testing.assert_array_equal(layout.materialize(plain)[0], ids[:20].reshape(4, 5))
+    np.testing.assert_array_equal(layout.materialize(plain), ids[:20].reshape(4, 5))

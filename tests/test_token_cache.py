@@ -67,6 +67,10 @@ def test_read_stream_equals_the_files_concatenated_at_any_bit_offset(tmp_path, s
         prev_last = flags[-1]
     ids, flags, _ = token_cache.read_stream(config.save_dir, index, order, 1000)
     assert ids.tolist() == want_ids and flags.tolist() == want_flags
+    mapped = token_cache.mapped_stream(config.save_dir, index, order, 1000)  # what the units read: the file mapped
+    assert mapped.seg_ids.size == 5 and mapped.id_bytes == 2
+    ids, flags, _ = mapped.arrays()
+    assert ids.tolist() == want_ids and flags.tolist() == want_flags
     data_path, _ = save_dir.token_cache_paths(config.save_dir, 0, key)
     tokens = len(want_ids)
     assert os.path.getsize(data_path) <= 2 * tokens + tokens / 8 + len(order) * 3  # uint16 ids, packed flags, padding
@@ -92,7 +96,7 @@ def test_a_task_encoded_in_memory_gives_the_stream_and_counts_of_its_cache(tmp_p
         assert encoded.index.skipped_files == index.skipped_files == 1
         assert encoded.index.shards == [{k: v for k, v in shard.items() if not k.endswith(("_offset", "_crc32c"))}
                                         for shard in index.shards]
-        ids, flags, _ = encoded.stream(order)
+        ids, flags, _ = encoded.stream(order).arrays()
         want_ids, want_flags, _ = token_cache.read_stream(config.save_dir, index, order, 1000)
         assert ids.tolist() == want_ids.tolist() and flags.tolist() == want_flags.tolist()
 

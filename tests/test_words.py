@@ -112,7 +112,7 @@ def exact_span_stats(sp, files, language, span_unit):
     """Statistics of a unit's masks reckoned with the very word starts the loop read: the ids replaced by their
     positions in the stream (masking reads only the starts), so each record's input says where its tokens were."""
     settings = encode.EncodeSettings.of(CreateConfig(keep_accents=True, word_boundaries=language))
-    ids, sent_ids, starts = encode.encode_in_memory(settings, 0, files, sp).stream(list(range(len(files))))
+    ids, sent_ids, starts = encode.encode_in_memory(settings, 0, files, sp).stream(list(range(len(files)))).arrays()
     first = vocab.EOP_ID + 1  # positions above the special ids, which stay what they are
     # The paper's ratio of masks (num_predict 85 of seq_len 512), on shorter sequences: 21 masks in each half
     example = ExampleSettings(bsz_per_host=2, num_core=1, seq_len=256, reuse_len=128, bi_data=True, mask_alpha=6,

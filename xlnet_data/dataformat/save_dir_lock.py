@@ -1,13 +1,14 @@
-"""A save_dir's locks, for its writer and its readers alike (common/run_lock.py): create's lock, and the stale
-temporary files of killed runs, which only its holder may remove; and the readers' lock (the trainers and dump hold
-it shared while they read a save_dir), which create takes whole before it removes records (--overwrite)."""
+"""A save_dir's locks, for its writer and its readers alike (common/run_lock.py): create's lock, the stale
+temporary files of killed runs, which only its holder may remove, and the peak memory the last create recorded; and
+the readers' lock (the trainers and dump hold it shared while they read a save_dir), which create takes whole before
+it removes records (--overwrite)."""
 
 import contextlib
 import logging
 import os
 import re
 
-from xlnet_data.common import fileio, run_lock
+from xlnet_data.common import fileio, memory, run_lock
 from xlnet_data.common.run_lock import FolderLock
 from xlnet_data.dataformat import save_dir
 
@@ -29,6 +30,25 @@ def reading(tfrecords_dirs, program):
         held.close()
         raise
     return held
+
+
+PEAK_FILE = ".create.peak.json"  # the running create's peak resident memory (common/memory.PeakRecorder)
+
+
+def peak_path(folder):
+    return os.path.join(folder, PEAK_FILE)
+
+
+def tell_last_peak(folder):
+    """Logs the peak memory that a run on `folder` which did not end (killed: by the kernel, out of memory?)
+    recorded last, if one did."""
+    found = memory.last_recorded_peak(peak_path(folder))
+    if found:
+        peak, pid, when = found
+        log.warning("%s: the last create run here (pid %d) did not end; its peak resident memory was %.0f MB at "
+                    "%s (its last record): if the kernel killed it for memory, --num_workers lower or a machine "
+                    "with more memory; this run goes on from its complete caches and units", folder, pid,
+                    peak / 1e6, when)
 _TEMP_NAME = re.compile(re.escape(fileio.TMP_MARK) + r"[0-9a-f]{8}-(?P<final>.+)")
 
 

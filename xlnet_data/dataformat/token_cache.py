@@ -19,11 +19,13 @@ The index's `format` says how to read the file:
     newer           refused in one line
 
 `key` hashes everything the ids depend on (datagen/encode.py makes it), so a stale cache is never read.
-A unit reads its task's stream back with the files in its own seeded order (examples/loop.py).
+A unit reads its task's stream back with the files in its own seeded order (examples/loop.py), through a memory
+map of the file (mapped_stream), so that it does not hold the stream: only its rows' sentence boundaries.
 """
 
 import dataclasses
 import json
+import mmap
 from typing import Optional
 
 import numpy as np
@@ -31,6 +33,7 @@ import numpy as np
 from xlnet_data.common import fileio, memory
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat.crc32c import crc32c
+from xlnet_data.dataformat.examples import layout
 from xlnet_data.dataformat.provenance import sha256_of
 from xlnet_data.dataformat.save_dir import token_cache_paths
 
@@ -274,14 +277,14 @@ def check_ids(chunk: np.ndarray, vocab_size: int, data_path: str, shard: dict, b
 
 
 def read_stream(save_dir: str, index: CacheIndex, order, vocab_size: int):
-    """The task's stream with the shards in `order`: (ids int32, sent_ids bool, word starts bool or None where the
-    cache has none), a shard whose first flag equals the previous shard's last flag inverted whole, so that a
-    sentence boundary falls between files. Every id is checked to lie in [0, vocab_size) (check_ids)."""
+    """The task's stream with the shards in `order`, read into memory: (ids int32, sent_ids bool, word starts bool
+    or None where the cache has none), a shard whose first flag equals the previous shard's last flag inverted
+    whole, so that a sentence boundary falls between files. Every id is checked to lie in [0, vocab_size)
+    (check_ids). What mapped_stream gives where the cache cannot be mapped (a gs:// save_dir)."""
     data_path, _ = token_cache_paths(save_dir, index.task, index.key)
     ids = np.empty(index.tokens, dtype=np.int32)
-    sent_ids = np.empty(index.tokens, dtype=bool)
     word_starts = np.empty(index.tokens, dtype=bool) if index.word_starts else None
-    pos, prev_last = 0, None
+    pos = 0
     with fileio.open_read(data_path) as f:
         for i in order:
             shard = index.shards[i]
@@ -290,12 +293,62 @@ def read_stream(save_dir: str, index: CacheIndex, order, vocab_size: int):
                 ids[pos + begin:pos + begin + chunk.size] = chunk
             for begin, chunk in _read_region(f, index, shard, "starts", data_path) if index.word_starts else ():
                 word_starts[pos + begin:pos + begin + chunk.size] = chunk
-            end = pos + shard["tokens"]
-            put_flags(sent_ids[pos:end], (flags for _, flags in _read_region(f, index, shard, "flags", data_path)),
-                      prev_last)
-            pos = end
-            prev_last = bool(sent_ids[pos - 1])
+            pos += shard["tokens"]
+    sent_ids = np.concatenate(list(stream_flags(save_dir, index, order))) if index.tokens else np.empty(0, bool)
     return ids, sent_ids, word_starts
+
+
+def stream_flags(save_dir: str, index: CacheIndex, order):
+    """Yields the sentence flags of the task's stream with the shards in `order`, a chunk (bool array) at a time,
+    checked against their CRC-32C, each shard inverted as read_stream says (put_flags)."""
+    data_path, _ = token_cache_paths(save_dir, index.task, index.key)
+    prev_last = None
+    with fileio.open_read(data_path) as f:
+        for i in order:
+            flip = None
+            for _, flags in _read_region(f, index, index.shards[i], "flags", data_path):
+                if flip is None:
+                    flip = prev_last is not None and bool(flags[0]) == prev_last
+                np.logical_xor(flags, flip, out=flags)
+                prev_last = bool(flags[-1])
+                yield flags
+
+
+def _max_id_checked(f, index: CacheIndex, data_path: str, vocab_size: int) -> int:
+    """Reads the cache's ids and word-start bits a chunk at a time against their checksums (TokenCacheError at
+    the first that fails) and the ids against the vocabulary (check_ids); returns the largest id (-1 for none)."""
+    largest = -1
+    for shard in index.shards:
+        for begin, ids in _read_region(f, index, shard, "ids", data_path):
+            check_ids(ids, vocab_size, data_path, shard, begin)
+            largest = max(largest, int(ids.max()))
+        for _ in _read_region(f, index, shard, "starts", data_path) if index.word_starts else ():
+            pass
+    return largest
+
+
+def mapped_stream(save_dir: str, index: CacheIndex, order, vocab_size: int) -> layout.TokenStream:
+    """The task's stream with the shards in `order` (read_stream's), as the loop reads it without holding it: the
+    cache file mapped into memory (read-only), one segment a shard, its ids and word-start bits checked against
+    their checksums and the ids against [0, vocab_size) first (the flags as they are read, twice, by stream_flags).
+    The mapped pages are the page cache's: TokenStream.release drops those read from the process, so that a unit's
+    resident memory does not grow with its stream. A gs:// cache, which cannot be mapped, is read into memory
+    (read_stream)."""
+    data_path, _ = token_cache_paths(save_dir, index.task, index.key)
+    if fileio.is_remote(data_path) or not index.tokens:
+        return layout.in_memory_stream(*read_stream(save_dir, index, order, vocab_size))
+    with open(data_path, "rb") as f:
+        max_id = _max_id_checked(f, index, data_path, vocab_size)
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    source = np.frombuffer(mapped, dtype=np.uint8)
+    shards = [index.shards[i] for i in order]
+    seg_starts = np.zeros(len(shards) + 1, dtype=np.int64)
+    seg_starts[1:] = np.cumsum([shard["tokens"] for shard in shards])
+    seg_ids = np.array([shard["ids_offset"] for shard in shards], dtype=np.int64)
+    seg_bits = np.array([shard.get("starts_offset", 0) for shard in shards], dtype=np.int64)
+    return layout.TokenStream(index.tokens, source, np.dtype(index.ids).itemsize, source, index.word_starts,
+                              seg_starts, seg_ids, seg_bits, lambda: stream_flags(save_dir, index, order), max_id,
+                              lambda: mapped.madvise(mmap.MADV_DONTNEED))
 
 
 def verify(save_dir: str, index: CacheIndex) -> None:

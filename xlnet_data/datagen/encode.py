@@ -27,6 +27,7 @@ import numpy as np
 
 from xlnet_data.common import fileio, memory
 from xlnet_data.dataformat import token_cache
+from xlnet_data.dataformat.examples import layout
 from xlnet_data.dataformat.save_dir import token_cache_paths, write_json
 from xlnet_data.dataformat.vocab import start_piece_table
 from xlnet_data.dataformat.words import WordStarts
@@ -135,9 +136,9 @@ class EncodedTask:
     index: token_cache.CacheIndex  # shard entries without offsets
     shards: list  # corpus.Shard of each entry
 
-    def stream(self, order):
-        """read_stream's (ids, sent_ids, word starts or None) with the shards in `order`; the shards are released
-        as copied (so the stream can be made once)."""
+    def stream(self, order) -> layout.TokenStream:
+        """token_cache.mapped_stream's stream, with the shards in `order`, in memory; the shards are released as
+        copied (so the stream can be made once)."""
         ids = np.empty(self.index.tokens, dtype=np.int32)
         sent_ids = np.empty(self.index.tokens, dtype=bool)
         word_starts = np.empty(self.index.tokens, dtype=bool) if self.index.word_starts else None
@@ -153,7 +154,7 @@ class EncodedTask:
             token_cache.put_flags(sent_ids[pos:end], _released(shard.sent_ids), prev_last)
             pos = end
             prev_last = bool(sent_ids[pos - 1])
-        return ids, sent_ids, word_starts
+        return layout.in_memory_stream(ids, sent_ids, word_starts)
 
 
 def _released(chunks):

@@ -12,6 +12,8 @@ from xlnet_data.dataformat import record_info, save_dir, save_dir_lock
 from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples import generated
 from xlnet_data.dataformat.examples.loop import Unit
+from xlnet_data.dataformat.vocab import load_sentencepiece
+from xlnet_data.datagen import resources
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.plan import CreateError, make_plan, prepare_save_dir
 from xlnet_data.datagen.units import UnitResult
@@ -125,11 +127,15 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
     removes = overwrite or not config.write_records
     if removes:
         run_lock.refuse_if_busy(config.save_dir, save_dir_lock.READERS_LOCK)
-    _check_before_locking(config, overwrite)
+    fit = _fit_to_machine(config, _check_before_locking(config, overwrite, keep_cache), num_workers) \
+        if beam_args is None else None
     with run_lock.hold(config.save_dir, save_dir_lock.SAVE_DIR_LOCK), \
             (run_lock.hold(config.save_dir, save_dir_lock.READERS_LOCK) if removes else contextlib.nullcontext()):
         plan = make_plan(config, overwrite, keep_cache)  # again: another run may have ended meanwhile
+        if fit is not None:
+            plan = resources.with_tasks_of(plan, fit)
         save_dir_lock.remove_stale_temporaries(config.save_dir)
+        save_dir_lock.tell_last_peak(config.save_dir)
         prepare_save_dir(config, plan, overwrite)
         try:
             if beam_args is not None:
@@ -193,13 +199,30 @@ def _remove_corpus_info_without_units(save_dir_path):
         fileio.remove(info_path)
 
 
-def _check_before_locking(config, overwrite):
+def _fit_to_machine(config, plan, num_workers) -> Optional[resources.ResourcePlan]:
+    """The local run's memory and disk, estimated before anything is encoded (datagen/resources.py): one line
+    saying so, or CreateError, one line naming the smallest change that fits, before the save_dir is made."""
+    machine = resources.machine_of(config.save_dir)
+    if machine is None or not plan.units:
+        return None
+    from xlnet_data.datagen.local_runner import worker_count
+    fit, layout = resources.measured_plan(config, plan, worker_count(plan, num_workers),
+                                          load_sentencepiece(config.sp_path), machine)
+    why = resources.refusal(fit, layout, machine)
+    if why:
+        raise CreateError(f"{why}; nothing written")
+    logging.getLogger("xlnet_data").info("%s", fit.line(machine))
+    return fit
+
+
+def _check_before_locking(config, overwrite, keep_cache):
     """make_plan's checks (it writes nothing) before the lock makes the save_dir, so that a bad flag or
-    input leaves no folder behind; quietly, since the plan that runs is made again under the lock."""
+    input leaves no folder behind; quietly, since the plan that runs is made again under the lock. Returns the
+    plan."""
     log = logging.getLogger("xlnet_data")
     level = log.level
     log.setLevel(logging.ERROR)
     try:
-        make_plan(config, overwrite)
+        return make_plan(config, overwrite, keep_cache)
     finally:
         log.setLevel(level)

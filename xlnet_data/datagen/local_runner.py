@@ -4,6 +4,7 @@ import logging
 
 from xlnet_data.common import memory, workers
 from xlnet_data.common.progress import Progress
+from xlnet_data.dataformat import save_dir_lock
 from xlnet_data.dataformat.vocab import load_sentencepiece
 from xlnet_data.datagen import encode, units
 from xlnet_data.datagen.config import CreateConfig
@@ -45,6 +46,12 @@ def _encode_and_run_unit(config, unit, task: TaskPlan, encode_threads):
                           made_from=task.made_from)
 
 
+def worker_count(plan: Plan, num_workers=None) -> int:
+    """The worker processes run_local starts for `plan`: `num_workers` (default: the CPU count), at most one a
+    unit."""
+    return min(len(plan.units), num_workers or workers.process_cores())
+
+
 def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     """Runs the plan, `num_workers` processes at a time (default: the CPU count): first the tasks encoded in
     memory, each with its one unit in the same job, and the encode stage (each other task encoded into its token
@@ -54,12 +61,13 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
     if not todo:
         return []
     cores = workers.process_cores()
-    num_workers = min(len(todo), num_workers or cores)
+    num_workers = worker_count(plan, num_workers)
     encode_threads = max(1, cores // max(1, min(num_workers, len(plan.tasks))))
     single_jobs = [(config, unit, plan.tasks[unit.task], encode_threads) for unit in plan.memory_units()]
     encode_jobs = [(config, task, encode_threads) for task in plan.cache_tasks()]
     unit_jobs = [(config, unit, plan.tasks[unit.task]) for unit in plan.cache_units()]
     progress = Progress(plan.input_bytes)
+    peak = memory.PeakRecorder(save_dir_lock.peak_path(config.save_dir))  # left behind if the kernel kills the run
     counts = [0, 0, 0, 0]  # lines, tokens, records, bytes read
     done = []
 
@@ -67,10 +75,12 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
         for i, n in enumerate(more):
             counts[i] += n
         progress.update(*counts, len(done), len(todo))
+        peak.sample()
 
     def on_unit_done(index, result):
         done.append(result)
         progress.update(*counts, len(done), len(todo))
+        peak.sample()
 
     try:
         if num_workers == 1:  # in this process, as its owner set it up
@@ -88,6 +98,8 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
                 pool.run(_run_unit, unit_jobs, on_done=on_unit_done, on_counts=on_counts)
     except BaseException:
         progress.close()  # the error is the last line
+        peak.close()  # a run that ends, even stopped, leaves no figure: only one the kernel killed does
         raise
     progress.close(*counts, len(done), len(todo))  # the counts the summary has
+    peak.close()
     return sorted(done, key=lambda result: (result.unit.task, result.unit.pass_id))

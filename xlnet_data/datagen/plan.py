@@ -167,7 +167,7 @@ def _own_outputs_excluded(save_dir_path, paths):
     return kept
 
 
-def _size(path):
+def size_or_zero(path):
     try:
         return fileio.size(path)
     except Exception:  # an unknown size only blurs the progress line's ETA
@@ -198,7 +198,7 @@ def make_plan(config: CreateConfig, overwrite=False, keep_cache=False) -> Plan:
             why = "is not a file" if not os.path.isfile(path) else "cannot be read (permissions)"
             raise InputError(f"{path} {why}; fix --input_glob={config.input_glob} or the file")
         corpus.check_first_block(path, config.allow_binary)
-    if not any(_size(path) for path in paths):
+    if not any(size_or_zero(path) for path in paths):
         raise CreateError(f"the corpus is empty: the {len(paths)} file(s) of --input_glob={config.input_glob} "
                           "hold no byte; nothing written")
     info = CorpusInfo.of(config, sp.get_piece_size())
@@ -228,7 +228,7 @@ def make_plan(config: CreateConfig, overwrite=False, keep_cache=False) -> Plan:
         in_memory = (one_unit and not cache_asked  # a complete cache (a killed run's, a kept one) is read instead
                      and token_cache.read_index(config.save_dir, task, key) is None)
         tasks[task] = TaskPlan(task, files, key, provenance.made_from(files, model_sha256), in_memory)
-    return Plan(info, todo, tasks, sum(_size(p) for files in task_files.values() for p in files))
+    return Plan(info, todo, tasks, sum(size_or_zero(p) for files in task_files.values() for p in files))
 
 
 

@@ -81,7 +81,7 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
                         tokens=index.tokens, invalid_utf8_lines=sum(s["invalid_utf8_lines"] for s in index.shards),
                         skipped_files=index.skipped_files,
                         input_counts=record_info.input_counts(index.shards))
-    stream = encoded.stream if encoded else functools.partial(token_cache.read_stream, config.save_dir, index,
+    stream = encoded.stream if encoded else functools.partial(token_cache.mapped_stream, config.save_dir, index,
                                                               vocab_size=sp.get_piece_size())
     settings = ExampleSettings.of(config)
     rows, random_state = unit_rows(settings, unit, len(index.shards), stream)
@@ -99,14 +99,14 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
             if num_batch == 0:
                 raise _NoBatches
     except _NoBatches:
-        rows_of_stream = rows.data.shape[0]  # bsz_per_host, or half of it with bi_data
+        rows_of_stream = rows.num_rows  # bsz_per_host, or half of it with bi_data
         result.skipped = (f"task {unit.task} has {result.tokens} tokens, too few for one batch (more than "
                           f"{(config.seq_len + 1) * rows_of_stream} are needed: {rows_of_stream} rows of seq_len + 1, "
                           "and room for A/B); nothing written")
         return result
     result.num_batch = num_batch
     result.records = num_batch * config.bsz_per_host
-    result.dropped_tokens = result.tokens - num_batch * config.reuse_len * rows.data.shape[0]
+    result.dropped_tokens = result.tokens - num_batch * config.reuse_len * rows.num_rows
     info = {"filenames": [record_path], "num_batch": num_batch,
             record_info.SETTINGS_KEY: record_info.create_settings(config),
             record_info.COUNTS_KEY: {field: getattr(result, field) for field in record_info.COUNTS},

@@ -112,7 +112,7 @@ def open_loop(unit: CacheUnit, vocab_size: Optional[int] = None) -> UnitLoop:
     # the model's vocabulary (is_start's size: the loop reads is_start[id]), or a training model's smaller one
     vocabulary = is_start.size if vocab_size is None else min(vocab_size, is_start.size)
     rows, random_state = unit_rows(unit.settings, unit.unit, len(index.shards),
-                                   functools.partial(token_cache.read_stream, unit.save_dir, index,
+                                   functools.partial(token_cache.mapped_stream, unit.save_dir, index,
                                                      vocab_size=vocabulary))
     return UnitLoop(unit.settings, rows, is_start, rng.numpy_state(random_state), rng.python_state(unit.unit.seed))
 

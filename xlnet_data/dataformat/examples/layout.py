@@ -1,50 +1,152 @@
-"""The token stream laid out in rows: plain batches, or forward rows each followed by their reverse."""
+"""The token stream laid out in rows: plain batches, or forward rows each followed by their reverse.
+
+The rows are never copied out of the stream: the loop reads row r's position k at stream position
+source[r] * row_len + k (a reversed row from the other end) through a TokenStream, whose ids (and word-start bits)
+are segments of a byte source: a task's token cache file mapped into memory, its files in the unit's order
+(token_cache.mapped_stream), or arrays in memory (in_memory_stream). So a unit holds its rows' sentence
+boundaries, not its tokens: the mapped pages are the page cache's, dropped from the process after each chunk
+(TokenStream.release).
+"""
 
 import dataclasses
-from typing import Optional
+from collections.abc import Callable, Iterator
 
 import numpy as np
+
+from xlnet_data.common import compiled
+from xlnet_data.dataformat.examples.pairing import row_boundaries
+
+BITS = 0  # a `width` of the readers below: one bit a token (np.packbits' order), not an id of `width` bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenStream:
+    """A task's tokens in a unit's file order, as segments (one a file, or one for arrays in memory) of two
+    read-only uint8 sources: the ids, little-endian, `id_bytes` each, and the word-start bits."""
+    tokens: int
+    id_source: np.ndarray  # uint8
+    id_bytes: int  # 2 or 4
+    bit_source: np.ndarray  # uint8; empty without word starts
+    word_starts: bool  # whether the stream has word starts of its own (else the piece-id table decides)
+    seg_starts: np.ndarray  # int64 [n + 1]: the stream position of each segment's first token, then `tokens`
+    seg_ids: np.ndarray  # int64 [n]: the byte of id_source where each segment's ids begin
+    seg_bits: np.ndarray  # int64 [n]: the byte of bit_source where each segment's bits begin
+    flags: Callable[[], Iterator[np.ndarray]]  # the sentence flags in stream order, in bool chunks (files flipped)
+    max_id: int  # -1 when empty
+    release: Callable[[], None] = lambda: None  # drops the pages read so far from the process (a mapped file)
+
+    def arrays(self):
+        """(ids int32, sent_ids bool, word starts bool or None) of the whole stream, in memory (tests, small
+        streams): token_cache.read_stream's."""
+        ids = np.empty(self.tokens, dtype=np.int32)
+        copy_values(ids, 0, self.id_source, self.id_bytes, self.seg_starts, self.seg_ids, 0, 0, False, 0, self.tokens)
+        starts = None
+        if self.word_starts:
+            starts = np.empty(self.tokens, dtype=np.int32)
+            copy_values(starts, 0, self.bit_source, BITS, self.seg_starts, self.seg_bits, 0, 0, False, 0, self.tokens)
+        flags = list(self.flags())
+        return ids, np.concatenate(flags) if flags else np.empty(0, bool), None if starts is None else starts == 1
+
+
+def _read_only(array):
+    array.flags.writeable = False  # the mapped sources are read-only: one compiled variant for both
+    return array
+
+
+def in_memory_stream(ids, sent_ids, word_starts=None) -> TokenStream:
+    """A stream held in memory: ids, sent_ids and word starts (or None) as arrays of a token each."""
+    ids = np.ascontiguousarray(ids, dtype="<i4")
+    sent_ids = np.asarray(sent_ids, dtype=bool)
+    bits = np.zeros(0, np.uint8) if word_starts is None else np.packbits(np.asarray(word_starts, dtype=bool))
+    zero = np.zeros(1, dtype=np.int64)
+    return TokenStream(ids.size, _read_only(ids.view(np.uint8)), 4, _read_only(bits), word_starts is not None,
+                       np.array([0, ids.size], dtype=np.int64), zero, zero, lambda: iter([sent_ids]),
+                       int(ids.max()) if ids.size else -1)
+
+
+@compiled.jit(inline="always")
+def _segment(seg_starts, p, s):
+    """The segment holding stream position p: `s` (the last one found) when it does, else a binary search for
+    the last segment starting at or before p (after empty ones)."""
+    if seg_starts[s] <= p < seg_starts[s + 1]:
+        return s
+    lo, hi = 0, seg_starts.shape[0] - 1  # seg_starts[lo] <= p < seg_starts[hi]
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if seg_starts[mid] <= p:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@compiled.jit(inline="always")
+def value_at(source, width, seg_starts, seg_offsets, p, s):
+    """(the value at stream position p: its id, or its bit where width is BITS; the segment found)."""
+    s = _segment(seg_starts, p, s)
+    j = p - seg_starts[s]
+    if width == BITS:
+        return np.int32((source[seg_offsets[s] + (j >> 3)] >> (7 - (j & 7))) & 1), s
+    at = seg_offsets[s] + j * width
+    value = np.int32(source[at]) | (np.int32(source[at + 1]) << 8)
+    if width == 4:
+        value |= (np.int32(source[at + 2]) << 16) | (np.int32(source[at + 3]) << 24)
+    return value, s
+
+
+@compiled.jit(inline="always")
+def copy_values(out, n, source, width, seg_starts, seg_offsets, base, row_len, reverse, begin, end):
+    """Copies positions begin..end-1 of the row at stream position `base` (read backwards where `reverse`) into
+    out[n:]; returns the next n."""
+    s = 0
+    for k in range(begin, end):
+        value, s = value_at(source, width, seg_starts, seg_offsets, base + (row_len - 1 - k if reverse else k), s)
+        out[n] = value
+        n += 1
+    return n
 
 
 @dataclasses.dataclass(frozen=True)
 class Rows:
-    """`bsz_per_host` rows over a [num_fwd_rows, row_len] array; row r is `data[source[r]]`, reversed
-    where `reverse[r]`. Backward rows stay views, so the bidirectional layout costs no memory."""
-    data: np.ndarray        # [num_fwd_rows, row_len] int32
-    sent_ids: np.ndarray    # [num_fwd_rows, row_len] bool
+    """`bsz_per_host` rows over `num_rows` forward rows of `row_len` tokens of the stream; row r is forward row
+    `source[r]`, reversed where `reverse[r]`, so the bidirectional layout costs no memory. `bounds` and
+    `bound_offsets`: the forward rows' sentence boundaries, both ways (pairing.row_boundaries)."""
+    stream: TokenStream
+    num_rows: int
+    row_len: int
     source: np.ndarray      # [bsz_per_host] int64
     reverse: np.ndarray     # [bsz_per_host] bool
-    word_starts: Optional[np.ndarray] = None  # [num_fwd_rows, row_len] bool: can start a span (None: by piece id)
+    bounds: np.ndarray
+    bound_offsets: np.ndarray
 
 
-def batchify(data, num_rows):
-    """The stream cut to a multiple of `num_rows` and reshaped to rows (a view, no copy)."""
-    row_len = data.shape[0] // num_rows
-    return data[:num_rows * row_len].reshape(num_rows, row_len)
-
-
-def layout_rows(ids, sent_ids, bsz_per_host, num_core, bi_data, word_starts=None):
+def layout_stream(stream: TokenStream, bsz_per_host, num_core, bi_data) -> Rows:
     """The original's layout: with `bi_data`, each core's half-batch of forward rows is followed by the
-    same rows reversed; otherwise `bsz_per_host` forward rows. `word_starts` (a bool a token, or None) is laid
-    out as the ids are."""
+    same rows reversed; otherwise `bsz_per_host` forward rows (the stream cut to a multiple of them)."""
     if not bi_data:
-        source = np.arange(bsz_per_host)
-        return Rows(batchify(ids, bsz_per_host), batchify(sent_ids, bsz_per_host), source,
-                    np.zeros(bsz_per_host, dtype=bool),
-                    None if word_starts is None else batchify(word_starts, bsz_per_host))
-    half = bsz_per_host // num_core // 2
-    fwd = np.arange(bsz_per_host // 2).reshape(num_core, 1, half)
-    source = np.concatenate([fwd, fwd], axis=1).reshape(-1)
-    reverse = np.zeros((num_core, 2, half), dtype=bool)
-    reverse[:, 1] = True
-    return Rows(batchify(ids, bsz_per_host // 2), batchify(sent_ids, bsz_per_host // 2), source,
-                reverse.reshape(-1), None if word_starts is None else batchify(word_starts, bsz_per_host // 2))
+        num_rows, source, reverse = bsz_per_host, np.arange(bsz_per_host), np.zeros(bsz_per_host, dtype=bool)
+    else:
+        half = bsz_per_host // num_core // 2
+        fwd = np.arange(bsz_per_host // 2).reshape(num_core, 1, half)
+        source = np.concatenate([fwd, fwd], axis=1).reshape(-1)
+        reverse = np.zeros((num_core, 2, half), dtype=bool)
+        reverse[:, 1] = True
+        num_rows, reverse = bsz_per_host // 2, reverse.reshape(-1)
+    row_len = stream.tokens // num_rows
+    bounds, offsets = row_boundaries(stream.flags, num_rows, row_len)
+    return Rows(stream, num_rows, row_len, source, reverse, bounds, offsets)
+
+
+def layout_rows(ids, sent_ids, bsz_per_host, num_core, bi_data, word_starts=None) -> Rows:
+    """layout_stream of arrays in memory (a bool a token for `word_starts`, or None)."""
+    return layout_stream(in_memory_stream(ids, sent_ids, word_starts), bsz_per_host, num_core, bi_data)
 
 
 def materialize(rows):
-    """The rows as full arrays (for tests and small inputs): the original's `data`, `sent_ids`."""
-    data = rows.data[rows.source]
-    sent_ids = rows.sent_ids[rows.source]
-    data[rows.reverse] = data[rows.reverse, ::-1]
-    sent_ids[rows.reverse] = sent_ids[rows.reverse, ::-1]
-    return data, sent_ids
+    """The rows' ids as a full array (for tests and small inputs): the original's `data`."""
+    stream = rows.stream
+    data = np.empty((rows.source.shape[0], rows.row_len), dtype=np.int32)
+    for r, (row, reverse) in enumerate(zip(rows.source, rows.reverse)):
+        copy_values(data[r], 0, stream.id_source, stream.id_bytes, stream.seg_starts, stream.seg_ids,
+                    row * rows.row_len, rows.row_len, reverse, 0, rows.row_len)
+    return data

@@ -15,8 +15,9 @@ import numpy as np
 from xlnet_data.common import compiled
 from xlnet_data.dataformat import records
 from xlnet_data.dataformat.examples import layout
+from xlnet_data.dataformat.examples.layout import BITS, copy_values, value_at
 from xlnet_data.dataformat.examples.masking import ngram_cdf, sample_mask
-from xlnet_data.dataformat.examples.pairing import row_boundaries, split_a_and_b
+from xlnet_data.dataformat.examples.pairing import split_a_and_b
 from xlnet_data.dataformat.record_info import created_num_core
 from xlnet_data.dataformat.vocab import CLS_ID, SEP_ID
 
@@ -108,46 +109,44 @@ def _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, after_a, afte
 
 
 @compiled.jit(inline="always")
-def _gather(out, row, i, reuse_len, a_begin, a_end, b_begin, b_end, sep, cls):
-    """Fills `out` with an example's values from its row's: memory, A, `sep`, B, `sep`, `cls`; returns the positions
-    of the two `sep`."""
-    n = 0
-    for k in range(i, i + reuse_len):
-        out[n] = row[k]
-        n += 1
-    for k in range(a_begin, a_end):
-        out[n] = row[k]
-        n += 1
-    a_sep = n
-    out[n] = sep
-    n += 1
-    for k in range(b_begin, b_end):
-        out[n] = row[k]
-        n += 1
+def _gather(out, stream, width, base, row_len, reverse, i, reuse_len, a_begin, a_end, b_begin, b_end, sep, cls):
+    """Fills `out` with an example's values from its row's (at stream position `base`, reversed where `reverse`;
+    ids, or word-start bits where `width` is layout.BITS): memory, A, `sep`, B, `sep`, `cls`; returns the
+    positions of the two `sep`. `stream`: (source, segment starts, segment offsets)."""
+    source, seg_starts, seg_offsets = stream
+    n = copy_values(out, 0, source, width, seg_starts, seg_offsets, base, row_len, reverse, i, i + reuse_len)
+    a_sep = copy_values(out, n, source, width, seg_starts, seg_offsets, base, row_len, reverse, a_begin, a_end)
+    out[a_sep] = sep
+    n = copy_values(out, a_sep + 1, source, width, seg_starts, seg_offsets, base, row_len, reverse, b_begin, b_end)
     out[n], out[n + 1] = sep, cls
     return a_sep, n
 
 
+@compiled.jit(inline="always")
+def _id_at(stream, width, base, row_len, reverse, k):
+    source, seg_starts, seg_offsets = stream
+    return value_at(source, width, seg_starts, seg_offsets, base + (row_len - 1 - k if reverse else k), 0)[0]
+
+
 @compiled.jit(nogil=True)
-def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_steps, seq_len, reuse_len, goal_mem,
-                 goal_ab, mask_alpha, mask_beta, word_spans, is_start, word_starts, cdf, np_mt, py_mt,
-                 keys, key_lengths, keep, buf):
+def _write_steps(ids_of, id_bytes, bits_of, by_position, num_rows, row_len, bounds, bound_offsets, source, reverse,
+                 first_step, max_steps, seq_len, reuse_len, goal_mem, goal_ab, mask_alpha, mask_beta, word_spans,
+                 is_start, cdf, np_mt, py_mt, keys, key_lengths, keep, buf):
     """Serialises up to `max_steps` steps (one example per row each) from step `first_step` into `buf`.
 
     Returns (steps written, bytes written, done). `done` is True once the rows are used up or a row
-    cannot give A/B any more; the original drops that whole step and stops there. `bounds` and
-    `bound_offsets` are the rows' sentence boundaries (pairing.row_boundaries). Only rows r with `keep[r]`
-    are serialised; the others still draw their A/B and masks, which the rows after them depend on (a
-    worker's share, pretrain/cache_input.py; a count of the steps). nogil: the training input pipeline
-    runs it beside the step. A token starts a word where `is_start[id]` (the piece-id table), or, where
-    `word_starts` has the rows' shape, where it says (a segmenter's words); <sep> and <cls> always.
+    cannot give A/B any more; the original drops that whole step and stops there. The stream's ids are read
+    through `ids_of` (layout.TokenStream's id source, segment starts and id offsets; `id_bytes` each) and its
+    word starts through `bits_of` (alike); row r is forward row source[r] of `row_len` tokens, reversed where
+    reverse[r]. `bounds` and `bound_offsets` are the rows' sentence boundaries (pairing.row_boundaries). Only
+    rows r with `keep[r]` are serialised; the others still draw their A/B and masks, which the rows after them
+    depend on (a worker's share, pretrain/cache_input.py; a count of the steps). nogil: the training input
+    pipeline runs it beside the step. A token starts a word where `is_start[id]` (the piece-id table), or, with
+    `by_position`, where the stream's bits say (a segmenter's words); <sep> and <cls> always.
     """
-    by_position = word_starts.shape == data.shape
     bsz = source.shape[0]
-    num_rows = data.shape[0]
-    row_len = data.shape[1]
     tot_len = seq_len - reuse_len - 3
-    ids = np.zeros(seq_len, dtype=data.dtype)
+    ids = np.zeros(seq_len, dtype=np.int32)
     mask = np.zeros(seq_len, dtype=np.bool_)
     starts = np.ones(seq_len, dtype=np.bool_)
     region = records.varints_bytes_bound(seq_len)  # each feature's varints in a region of its own
@@ -162,16 +161,17 @@ def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_s
         step_start = pos
         for r in range(bsz):
             direction = -1 if reverse[r] else 1
-            row = data[source[r]][::direction]
+            base = source[r] * row_len
             k = source[r] + num_rows if reverse[r] else source[r]
             ok, a_begin, a_end, b_begin, b_end, label = split_a_and_b(
                 row_len, bounds[bound_offsets[k]:bound_offsets[k + 1]], i + reuse_len, tot_len, py_mt)
             if not ok:
                 return step, step_start, True
-            a_sep, b_sep = _gather(ids, row, i, reuse_len, a_begin, a_end, b_begin, b_end, SEP_ID, CLS_ID)
+            a_sep, b_sep = _gather(ids, ids_of, id_bytes, base, row_len, reverse[r], i, reuse_len, a_begin, a_end,
+                                   b_begin, b_end, SEP_ID, CLS_ID)
             if by_position:  # <sep> and <cls> start words
-                _gather(starts, word_starts[source[r]][::direction], i, reuse_len, a_begin, a_end, b_begin, b_end,
-                        True, True)
+                _gather(starts, bits_of, BITS, base, row_len, reverse[r], i, reuse_len, a_begin, a_end, b_begin,
+                        b_end, True, True)
             else:
                 for k in range(seq_len):
                     starts[k] = is_start[ids[k]]
@@ -184,24 +184,27 @@ def _write_steps(data, bounds, bound_offsets, source, reverse, first_step, max_s
             sample_mask(starts[reuse_len:][::direction], mask_ab[::direction], goal_ab, mask_alpha, mask_beta,
                         cdf, np_mt, word_spans)
             if keep[r]:
-                _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, row[a_end], row[b_end], label)
+                after_a = _id_at(ids_of, id_bytes, base, row_len, reverse[r], a_end)
+                after_b = _id_at(ids_of, id_bytes, base, row_len, reverse[r], b_end)
+                _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, after_a, after_b, label)
                 pos = records.put_record(buf, pos, payloads, begins, ends, keys, key_lengths)
     return max_steps, pos, False
 
 
-_NO_WORD_STARTS = np.zeros((0, 0), dtype=np.bool_)  # rows without word starts: the piece-id table decides
+# Examples made between two releases of the mapped stream's pages (UnitLoop.write): about half draw a B anywhere in the
+# stream, and the kernel maps up to 64 KB around each page faulted in (fault-around; MADV_RANDOM does not stop it), so
+# at most ~4 MB of such pages are resident. 1,024 left a 23 MB cache all resident at every release.
+RELEASE_EVERY_ROWS = 128
 
 
 class UnitLoop:
     """A unit's rows as the compiled loop reads them, and its two random streams where they stand: `write` goes
-    on from there. `is_start` is the model's piece-id table (vocab.start_piece_table), used where the rows have
-    no word starts of their own."""
+    on from there. `is_start` is the model's piece-id table (vocab.start_piece_table), used where the stream has
+    no word starts of its own."""
 
     def __init__(self, settings: ExampleSettings, rows: layout.Rows, is_start, np_mt, py_mt):
         self.settings, self.rows, self.is_start, self.np_mt, self.py_mt = settings, rows, is_start, np_mt, py_mt
-        self.bounds, self.bound_offsets = row_boundaries(rows.sent_ids)
         self.cdf = ngram_cdf()
-        self.word_starts = _NO_WORD_STARTS if rows.word_starts is None else rows.word_starts
         self.every_row = np.ones(rows.source.shape[0], dtype=np.bool_)
 
     @property
@@ -210,15 +213,30 @@ class UnitLoop:
 
     def write(self, first_step, max_steps, buf, keep=None):
         """Up to `max_steps` steps from `first_step` (where the random streams stand) into `buf`, the rows of
-        `keep` only (default: all); returns (steps, bytes, done) as _write_steps."""
-        settings = self.settings
+        `keep` only (default: all); returns (steps, bytes, done) as _write_steps. The mapped pages read are dropped
+        from the process (TokenStream.release) every RELEASE_EVERY_ROWS examples, so that the unit's memory does not
+        grow with its stream."""
+        settings, rows = self.settings, self.rows
+        stream = rows.stream
         goal_mem, goal_ab = num_predict_parts(settings.num_predict)
-        return _write_steps(
-            self.rows.data, self.bounds, self.bound_offsets, self.rows.source, self.rows.reverse, first_step,
-            max_steps, settings.seq_len, settings.reuse_len, goal_mem, goal_ab, settings.mask_alpha,
-            settings.mask_beta, settings.span_unit == "word", self.is_start, self.word_starts, self.cdf, self.np_mt,
-            self.py_mt,
-            records.FEATURE_KEYS, records.FEATURE_KEY_LENGTHS, self.every_row if keep is None else keep, buf)
+        per_call = max(1, RELEASE_EVERY_ROWS // self.bsz)
+        steps = nbytes = 0
+        done = False
+        try:
+            while steps < max_steps and not done:
+                more, written, done = _write_steps(
+                    (stream.id_source, stream.seg_starts, stream.seg_ids), stream.id_bytes,
+                    (stream.bit_source, stream.seg_starts, stream.seg_bits), stream.word_starts, rows.num_rows,
+                    rows.row_len, rows.bounds, rows.bound_offsets, rows.source, rows.reverse, first_step + steps,
+                    min(per_call, max_steps - steps), settings.seq_len, settings.reuse_len, goal_mem, goal_ab,
+                    settings.mask_alpha, settings.mask_beta, settings.span_unit == "word", self.is_start, self.cdf,
+                    self.np_mt, self.py_mt, records.FEATURE_KEYS, records.FEATURE_KEY_LENGTHS,
+                    self.every_row if keep is None else keep, buf[nbytes:])
+                steps, nbytes = steps + more, nbytes + written
+                stream.release()
+        finally:
+            stream.release()
+        return steps, nbytes, done
 
 
 def steps_per_chunk(bsz_per_host: int, seq_len: int, chunk_bytes: int) -> int:
@@ -228,10 +246,8 @@ def steps_per_chunk(bsz_per_host: int, seq_len: int, chunk_bytes: int) -> int:
 
 def unit_rows(settings: ExampleSettings, unit: Unit, num_shards: int, stream: Callable):
     """The unit's rows (its task's stream in the unit's seeded file order, laid out) and numpy's generator after
-    the file-order draw (the masks' draws follow). `stream(order)` gives the task's (ids, sent_ids) with its
-    `num_shards` files in `order` (token_cache.read_stream, or a task encoded in memory), and their word starts
-    (None: none recorded)."""
+    the file-order draw (the masks' draws follow). `stream(order)` gives the task's layout.TokenStream with its
+    `num_shards` files in `order` (token_cache.mapped_stream, or a task encoded in memory)."""
     random_state = np.random.RandomState(unit.seed)
-    ids, sent_ids, word_starts = stream(random_state.permutation(num_shards))
-    return layout.layout_rows(ids, sent_ids, settings.bsz_per_host, settings.num_core, settings.bi_data,
-                              word_starts), random_state
+    return layout.layout_stream(stream(random_state.permutation(num_shards)), settings.bsz_per_host,
+                                settings.num_core, settings.bi_data), random_state

@@ -14,31 +14,54 @@ from xlnet_data.dataformat.examples.rng import next_double, python_randbelow
 
 
 @compiled.jit()
-def row_boundaries(sent_ids):
-    """The sentence boundaries of every row of `sent_ids` [num_rows, row_len], both ways.
+def _boundaries_of_chunk(flags, pos, prev, num_rows, row_len, bounds, fwd, back, count_only):
+    """The boundaries in a chunk of sentence flags at stream position `pos` (`prev`: the flag before it, -1 at
+    the start): counted per row into `fwd` where `count_only`; else written at fwd[row] (ascending) and, counted
+    from the row's other end, at back[row] - 1 (descending), both moved on."""
+    row, e = pos // row_len, pos % row_len
+    last = prev
+    for t in range(flags.shape[0]):
+        if row >= num_rows:
+            return
+        flag = np.int64(flags[t])
+        if e > 0 and flag != last:
+            if not count_only:
+                bounds[fwd[row]] = e
+                back[row] -= 1
+                bounds[back[row]] = row_len - e  # the same boundary, counted from the other end
+            fwd[row] += 1
+        last = flag
+        e += 1
+        if e == row_len:
+            row, e = row + 1, 0
+
+
+def row_boundaries(flag_chunks, num_rows, row_len):
+    """The sentence boundaries of every row (the stream cut into `num_rows` rows of `row_len` tokens), both ways,
+    from the sentence flags in stream order: `flag_chunks()` yields them in bool chunks, and is read twice (to
+    count, then to fill), so that the stream's flags are never held whole.
 
     Returns (bounds, offsets): row k's boundaries, ascending, are bounds[offsets[k]:offsets[k + 1]],
     for k < num_rows the row read forwards and for k = num_rows + r row r reversed. Position e is a
-    boundary when sent_ids[e] != sent_ids[e - 1] (in that direction).
+    boundary when the flag at e differs from the flag at e - 1 (in that direction). int32 while a row has fewer
+    than 2**31 tokens: 8 bytes a boundary, about 0.3 a token of English.
     """
-    num_rows, row_len = sent_ids.shape
+    dtype = np.int32 if row_len < 1 << 31 else np.int64
     counts = np.zeros(num_rows, dtype=np.int64)
-    for r in range(num_rows):
-        for e in range(1, row_len):
-            if sent_ids[r, e] != sent_ids[r, e - 1]:
-                counts[r] += 1
     offsets = np.zeros(2 * num_rows + 1, dtype=np.int64)
-    for k in range(2 * num_rows):
-        offsets[k + 1] = offsets[k] + counts[k % num_rows]
-    bounds = np.empty(offsets[-1], dtype=np.int64)
-    for r in range(num_rows):
-        fwd, back = offsets[r], offsets[num_rows + r + 1]
-        for e in range(1, row_len):
-            if sent_ids[r, e] != sent_ids[r, e - 1]:
-                bounds[fwd] = e
-                fwd += 1
-                back -= 1
-                bounds[back] = row_len - e  # the same boundary, counted from the other end
+    bounds = np.empty(0, dtype=dtype)
+    for fill in (False, True) if row_len else ():
+        if fill:
+            offsets[1:] = np.cumsum(np.concatenate([counts, counts]))
+            bounds = np.empty(offsets[-1], dtype=dtype)
+            fwd, back = offsets[:num_rows].copy(), offsets[num_rows + 1:].copy()
+        else:
+            fwd = back = counts
+        pos, prev = 0, -1
+        for flags in flag_chunks():
+            _boundaries_of_chunk(flags, pos, prev, num_rows, row_len, bounds, fwd, back, not fill)
+            pos += flags.shape[0]
+            prev = int(flags[-1]) if flags.shape[0] else prev
     return bounds, offsets
 
 
@@ -63,7 +86,7 @@ def _trim(a_len, b_len, tot_len):
 
 @compiled.jit(inline="always")
 def _searchsorted(a, v, right):
-    """np.searchsorted(a, v, side="right" if right else "left") for an ascending int64 array, by a binary
+    """np.searchsorted(a, v, side="right" if right else "left") for an ascending int array, by a binary
     search whose steps add 0 or half rather than branch: which half a position falls in is random, so a
     branch mispredicted about every other step (numba's searchsorted: ~15 steps, four searches a record)."""
     n = a.shape[0]
