@@ -345,7 +345,8 @@ def mapped_stream(save_dir: str, index: CacheIndex, order, vocab_size: int) -> l
     seg_starts = np.zeros(len(shards) + 1, dtype=np.int64)
     seg_starts[1:] = np.cumsum([shard["tokens"] for shard in shards])
     seg_ids = np.array([shard["ids_offset"] for shard in shards], dtype=np.int64)
-    seg_bits = np.array([shard.get("starts_offset", 0) for shard in shards], dtype=np.int64)
+    # read_index checked a shard's word-start region only where the index names word starts
+    seg_bits = np.array([shard["starts_offset"] if index.word_starts else 0 for shard in shards], dtype=np.int64)
     return layout.TokenStream(index.tokens, source, np.dtype(index.ids).itemsize, source, index.word_starts,
                               seg_starts, seg_ids, seg_bits, lambda: stream_flags(save_dir, index, order), max_id,
                               lambda: mapped.madvise(mmap.MADV_DONTNEED))
