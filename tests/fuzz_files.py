@@ -1,10 +1,12 @@
-"""Random mutants of a SentencePiece model's charsmap and of a cache-backed save_dir's token cache, run through the
+"""Random mutants of a SentencePiece model's charsmap, of a cache-backed save_dir's token cache and of its
+record_infos' create_settings, run through the
 loaders that feed the compiled loops (the normaliser's tables and a walk of some lines; a unit's records made from
 its cache, as dump and train_gpu make them). Run by test_fuzz_files.py in a subprocess, with numba's bounds checks
 on and off: a mutant must be refused in a UserError or read; any other exception is a failure, a signal kills
 the process. Prints one JSON object: the counts and the failures (the mutation, the exception's last line).
 
-    python tests/fuzz_files.py --seed=S --charsmaps=N --caches=N --model=M.model --save_dir=CACHE_BACKED_DIR --work=DIR
+    python tests/fuzz_files.py --seed=S --charsmaps=N --caches=N --settings=N --model=M.model \
+        --save_dir=CACHE_BACKED_DIR --work=DIR
 """
 
 import argparse
@@ -200,6 +202,23 @@ def mutate_cache(index, data, rng: random.Random):
     return index, data, "+".join(done)
 
 
+SETTINGS = ("bsz_per_host", "num_core_per_host", "use_tpu", "seq_len", "reuse_len", "bi_data", "mask_alpha",
+            "mask_beta", "num_predict", "span_unit")
+
+
+def mutate_settings(infos, rng: random.Random):
+    """(the record_infos with one to three create_settings values changed alike in each, what was done): values
+    of the palette or random ints, negative and huge among them."""
+    infos, done = copy.deepcopy(infos), []
+    for _ in range(rng.randint(1, 3)):
+        key = rng.choice(SETTINGS)
+        value = rng.choice(PALETTE) if rng.random() < 0.5 else rng.randint(-(1 << rng.randrange(64)), 1 << 20)
+        for info in infos.values():
+            info["create_settings"][key] = value
+        done.append(f"{key}={value!r}")
+    return infos, ",".join(done)
+
+
 def read_units(save_dir):
     """Every record of the save_dir's cache-backed units, made as dump makes them (train_gpu's input pipeline
     makes them by the same GeneratedStream)."""
@@ -244,7 +263,7 @@ def run_one(results, what, action):
 
 def main():
     parser = argparse.ArgumentParser()
-    for name in ("seed", "charsmaps", "caches"):
+    for name in ("seed", "charsmaps", "caches", "settings"):
         parser.add_argument(f"--{name}", type=int, required=True)
     for name in ("model", "save_dir", "work"):
         parser.add_argument(f"--{name}", required=True)
@@ -274,6 +293,10 @@ def main():
         mutant, mutant_data, kind = mutate_cache(index, data, rng)
         write_cache_mutant(save_dir, mutant, bytes(mutant_data), infos)
         run_one(results, f"cache mutant {number} ({kind})", functools.partial(read_units, save_dir))
+    for number in range(args.settings):
+        mutant_infos, kind = mutate_settings(infos, rng)
+        write_cache_mutant(save_dir, index, data, mutant_infos)
+        run_one(results, f"settings mutant {number} ({kind})", functools.partial(read_units, save_dir))
     print(json.dumps(results))
     return 0
 

@@ -316,6 +316,25 @@ CRAFTED_CACHES = [
 ]
 
 
+def dump_refusal(save_dir):
+    """The UserError's line of reading every record of `save_dir` as dump does (its selection)."""
+    from xlnet_data.common.errors import UserError
+    from xlnet_data.dataformat.selection import SelectionConfig, select
+    with pytest.raises(UserError) as refused:
+        for _ in select(SelectionConfig((str(save_dir),))).decoded():
+            pass
+    return str(refused.value)
+
+
+def command_refusals(save_dir, tmp_path):
+    """(program, finished process) of the dump and train_gpu commands on `save_dir`, as a user runs them."""
+    from conftest import run_module
+    from test_train import TINY_SHAPE
+    return (("dump", run_module("xlnet_data.dump", save_dir, "--stats")),
+            ("train", run_module("xlnet_data.train_gpu", f"--record_info_dir={save_dir}",
+                                 f"--model_dir={tmp_path / 'm'}", "--train_steps=2", *TINY_SHAPE)))
+
+
 def craft_cache(save_dir, tmp_path, name, edit):
     """A copy of the cache-backed save_dir whose token cache `edit(index dict, data bytearray)` changed, its
     checksums and the record_infos' cache reference made to match (tests/fuzz_files.py)."""
@@ -342,14 +361,11 @@ def test_a_crafted_token_cache_is_one_line_in_dump_and_train_gpu_before_any_comp
     of dump (the records of the selection) and of train_gpu (the run's checks, then its input pipeline), with the
     line that names the file."""
     from xlnet_data.common.errors import UserError
-    from xlnet_data.dataformat.selection import SelectionConfig, select
     crafted, index_path = craft_cache(both[1], tmp_path, name, edit)
     where = re.escape(str(crafted / "token_cache"))
     want = rf"{where}/tokens-.*\.(json: the token cache's index is damaged \(|bin: ){said}"
-    with pytest.raises(UserError) as dumped:
-        for _ in select(SelectionConfig((str(crafted),))).decoded():
-            pass
-    assert re.match(want, str(dumped.value)), str(dumped.value)
+    dumped = dump_refusal(crafted)
+    assert re.match(want, dumped), dumped
     with pytest.raises(UserError) as trained:
         T.train(config(str(crafted), str(tmp_path / "m"), train_steps=2, iterations=1))
     assert re.search(want, str(trained.value)), str(trained.value)
@@ -357,14 +373,76 @@ def test_a_crafted_token_cache_is_one_line_in_dump_and_train_gpu_before_any_comp
 
 def test_negative_ids_in_a_cache_are_one_line_and_exit_2_from_the_dump_and_train_gpu_commands(both, tmp_path):
     """The issue's SIGSEGV (exit -11), through the commands as a user runs them."""
-    from conftest import run_module
-    from test_train import TINY_SHAPE
     name, edit, said = CRAFTED_CACHES[0]
     crafted, _ = craft_cache(both[1], tmp_path, name, edit)
-    for program, result in (("dump", run_module("xlnet_data.dump", crafted, "--stats")),
-                            ("train", run_module("xlnet_data.train_gpu", f"--record_info_dir={crafted}",
-                                                 f"--model_dir={tmp_path / 'm'}", "--train_steps=2", *TINY_SHAPE))):
+    for program, result in command_refusals(crafted, tmp_path):
         last = result.stderr.strip().splitlines()[-1]
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
         assert re.match(rf"{program}: error: .*tokens-.*\.bin: {said}", last), last
         assert program == "train" or not result.stdout, result.stdout[:3000]
+
+
+# (create_settings changed in every record_info (num_core_per_host in corpus_info.json too), what the line says):
+# issue 46's last hole; before, reuse_len 40, -3 and seq_len 8 were IndexErrors under bounds checking in the
+# compiled loop (reads outside its arrays without), the others too went into the loop unchecked.
+CRAFTED_SETTINGS = [
+    ({"reuse_len": 64}, r"--reuse_len=64 must be less than --seq_len - 3 = 61"),
+    ({"reuse_len": 61}, r"--reuse_len=61 must be less than --seq_len - 3 = 61"),
+    ({"reuse_len": -3}, r"--reuse_len=-3 must be in \[1, 65536\]"),
+    ({"seq_len": 8}, r"--reuse_len=32 must be less than --seq_len - 3 = 5"),
+    ({"num_predict": 500}, r"--num_predict=500 does not fit"),
+    ({"bsz_per_host": 5}, r"--bsz_per_host=5 must be divisible by 2 \* num_core_per_host \(bi_data\) = 2"),
+    ({"bsz_per_host": 7, "bi_data": False, "num_core_per_host": 2},
+     r"--bsz_per_host=7 must be divisible by num_core_per_host = 2"),
+    ({"mask_alpha": 1, "mask_beta": 6}, r"--mask_alpha=1 must be >= --mask_beta=6"),
+    ({"mask_beta": 0}, r"--mask_beta=0 must be in \[1, 1048576\]"),
+    ({"seq_len": 2 ** 40}, r"--seq_len=1099511627776 must be in \[1, 65536\]"),
+    ({"seq_len": "64"}, r"seq_len='64' must be an integer"),
+    ({"bi_data": None}, r"bi_data=None must be True or False"),
+    ({"span_unit": "char"}, r"--span_unit=char must be one of piece, word"),
+    ({"num_core_per_host": 5000}, r"--num_core_per_host=5000 must be in \[1, 4096\]"),
+]
+
+
+def craft_settings(save_dir, tmp_path, changes):
+    """A copy of the cache-backed save_dir whose record_infos' create_settings say `changes`, as a stranger's
+    save_dir might: no checksum covers them. corpus_info.json and the file names are left as they are (they are
+    checked against each other), but for num_core_per_host, which the record_infos are checked against."""
+    import json
+    import shutil
+    copy = tmp_path / "crafted"
+    shutil.copytree(save_dir, copy)
+    for path in [*(copy / "tfrecords").glob("record_info-*.json"), *copy.rglob("corpus_info.json")]:
+        info = json.loads(path.read_text())
+        target = info["create_settings"] if "create_settings" in info else info
+        target.update({key: value for key, value in changes.items()
+                       if "create_settings" in info or key == "num_core_per_host"})
+        path.write_text(json.dumps(info))
+    return copy
+
+
+@pytest.mark.parametrize("changes, said", CRAFTED_SETTINGS, ids=[str(case[0]) for case in CRAFTED_SETTINGS])
+def test_crafted_create_settings_are_refused_by_create_s_rules_before_the_loop(both, tmp_path, changes, said):
+    """Each through the library calls of dump (the records of the selection) and of train_gpu's setup (its checks
+    of the record dirs, train_gpu.py's settings.find_record_dirs): one line naming the record_info and the flag,
+    by the rules CreateConfig.validate applies (ExampleSettings.validate)."""
+    from xlnet_data.common.errors import UserError
+    from xlnet_data.dataformat.settings import find_record_dirs
+    crafted = craft_settings(both[1], tmp_path, changes)
+    want = rf"{re.escape(str(crafted / 'tfrecords'))}/record_info-.*\.json: its create_settings are not .*{said}"
+    dumped = dump_refusal(crafted)
+    assert re.search(want, dumped), dumped
+    with pytest.raises(UserError) as trained:
+        find_record_dirs(str(crafted))
+    assert re.search(want, str(trained.value)), str(trained.value)
+
+
+def test_crafted_create_settings_are_one_line_and_exit_2_from_the_dump_and_train_gpu_commands(both, tmp_path):
+    """train_gpu takes the data flags from the crafted corpus_info.json (none given) and stops at its checks."""
+    changes, said = CRAFTED_SETTINGS[0]
+    crafted = craft_settings(both[1], tmp_path, changes)
+    for program, result in command_refusals(crafted, tmp_path):
+        last = result.stderr.strip().splitlines()[-1]
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert re.match(rf"{program}: error: .*record_info-.*\.json.*{said}", last), last
+        assert not result.stdout, result.stdout[:3000]

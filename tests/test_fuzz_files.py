@@ -18,6 +18,7 @@ from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.job import create_records
 
 CHARSMAPS, CACHES = 300, 300  # mutants of each a subprocess: 15 s in all here (numba's cache warm)
+SETTINGS = 100  # create_settings mutants: most refused before any record is made
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +51,16 @@ def test_mutated_charsmaps_and_token_caches_are_refused_in_one_line_or_read(cach
     if boundscheck:
         env["NUMBA_CACHE_DIR"] = _boundscheck_cache()
     result = subprocess.run([sys.executable, str(ROOT / "tests" / "fuzz_files.py"), f"--seed={seed}",
-                             f"--charsmaps={CHARSMAPS}", f"--caches={CACHES}", f"--model={sample_spm}",
+                             f"--charsmaps={CHARSMAPS}", f"--caches={CACHES}", f"--settings={SETTINGS}",
+                             f"--model={sample_spm}",
                              f"--save_dir={cache_backed}", f"--work={tmp_path}"],
                             env=env, capture_output=True, text=True, timeout=600)
     where = f"seed {seed}, NUMBA_BOUNDSCHECK={boundscheck}"
     assert result.returncode == 0, f"{where}: exit {result.returncode}: {result.stderr[-3000:]}"
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert not found["failures"], f"{where}: {len(found['failures'])} failures: {found['failures'][:10]}"
-    assert found["accepted"] + found["refused"] == CHARSMAPS + CACHES, found
-    assert found["refused"] > (CHARSMAPS + CACHES) // 2, found  # most mutants are damaged files
+    assert found["accepted"] + found["refused"] == CHARSMAPS + CACHES + SETTINGS, found
+    assert found["refused"] > (CHARSMAPS + CACHES + SETTINGS) // 2, found  # most mutants are damaged files
 
 
 def _charsmap_crafts(charsmap):

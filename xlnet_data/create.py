@@ -12,9 +12,10 @@ from absl import flags
 
 from xlnet_data import cli
 from xlnet_data.common import memory
+from xlnet_data.dataformat.examples.loop import SPAN_UNITS
 from xlnet_data.dataformat.words import WORD_BOUNDARIES
 from xlnet_data.datagen import beam_runner
-from xlnet_data.datagen.config import ENCODERS, SPAN_UNITS, SPLITS, CreateConfig
+from xlnet_data.datagen.config import ENCODERS, SPLITS, CreateConfig
 from xlnet_data.datagen.job import create_records
 
 log = logging.getLogger("xlnet_data")

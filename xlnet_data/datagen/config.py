@@ -7,21 +7,13 @@ from typing import Optional
 from xlnet_data.common.config_types import check_field_types
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.common.fileio import is_remote
-from xlnet_data.dataformat.examples.loop import num_predict_parts
+from xlnet_data.dataformat.examples.loop import ExampleSettings, check_limit
 from xlnet_data.dataformat.save_dir import RecordSettings
 from xlnet_data.dataformat.save_dir import unit_paths as named_unit_paths
 from xlnet_data.dataformat.words import WORD_BOUNDARIES
 
 SPLITS = ("train", "dev", "test")
-SPAN_UNITS = ("piece", "word")
 ENCODERS = ("auto", "ours", "sentencepiece")  # --encoder; datagen/encoder_check.py says what each does
-
-
-# Upper bounds that keep the compiled loop's arithmetic within int64 and a batch's buffers within memory;
-# far above any model's (the original's defaults: seq_len 512, bsz_per_host 32, mask_alpha 6).
-LIMITS = {"bsz_per_host": 1 << 16, "num_core_per_host": 1 << 12, "seq_len": 1 << 16, "reuse_len": 1 << 16,
-          "mask_alpha": 1 << 20, "mask_beta": 1 << 20, "num_task": 1 << 20, "num_predict": 1 << 16}
-MAX_BATCH_TOKENS = 1 << 24
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,13 +88,9 @@ class CreateConfig:
         for name in ("input_glob", "save_dir"):  # an empty sp_path: load_sentencepiece says so
             if not getattr(self, name).strip():
                 raise ConfigError(f"--{name} is empty: give a path")
-        for name, most in LIMITS.items():
-            value = getattr(self, name)
-            if not 1 <= value <= most:
-                raise ConfigError(f"--{name}={value} must be in [1, {most}]")
-        if self.bsz_per_host * self.seq_len > MAX_BATCH_TOKENS:
-            raise ConfigError(f"--bsz_per_host={self.bsz_per_host} x --seq_len={self.seq_len} is more than "
-                              f"{MAX_BATCH_TOKENS} tokens per batch")
+        check_limit("num_task", self.num_task)
+        check_limit("num_core_per_host", self.num_core_per_host)  # ExampleSettings sees 1 without a TPU
+        ExampleSettings.of(self).validate()
         if self.pass_id < 0:
             raise ConfigError(f"--pass_id={self.pass_id} must not be negative")
         if self.num_passes is not None and not 1 <= self.num_passes <= 1 << 16:
@@ -116,27 +104,6 @@ class CreateConfig:
             raise ConfigError(f"--split={self.split} must be one of {', '.join(SPLITS)}")
         if self.encoder not in ENCODERS:
             raise ConfigError(f"--encoder={self.encoder} must be one of {', '.join(ENCODERS)}")
-        if self.span_unit not in SPAN_UNITS:
-            raise ConfigError(f"--span_unit={self.span_unit} must be one of {', '.join(SPAN_UNITS)}")
         if self.word_boundaries not in WORD_BOUNDARIES:
             raise ConfigError(f"--word_boundaries={self.word_boundaries} must be one of {', '.join(WORD_BOUNDARIES)}")
-        if self.tot_len < 1:
-            raise ConfigError(
-                f"--reuse_len={self.reuse_len} must be less than --seq_len - 3 = {self.seq_len - 3} "
-                "(room is needed for A, B, two <sep> and <cls>)")
-        rows_per_core = 2 if self.bi_data else 1
-        if self.bsz_per_host % (rows_per_core * self.num_core):
-            layout = "2 * num_core_per_host (bi_data)" if self.bi_data else "num_core_per_host"
-            raise ConfigError(
-                f"--bsz_per_host={self.bsz_per_host} must be divisible by {layout} = "
-                f"{rows_per_core * self.num_core}")
-        if self.mask_alpha < self.mask_beta:
-            raise ConfigError(
-                f"--mask_alpha={self.mask_alpha} must be >= --mask_beta={self.mask_beta} "
-                "(about mask_beta of every mask_alpha tokens are masked)")
-        goal_mem, goal_ab = num_predict_parts(self.num_predict)
-        if goal_mem > self.reuse_len or goal_ab > self.seq_len - self.reuse_len:
-            raise ConfigError(
-                f"--num_predict={self.num_predict} does not fit: {goal_mem} masks in the memory part of "
-                f"{self.reuse_len} tokens and {goal_ab} in the A/B part of {self.seq_len - self.reuse_len}")
         return self

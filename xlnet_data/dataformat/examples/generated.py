@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 from xlnet_data.common import compiled, fileio
+from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import provenance, record_info, records, save_dir, token_cache
 from xlnet_data.dataformat.corpus_info import CorpusInfo
 from xlnet_data.dataformat.examples import rng
@@ -56,9 +57,13 @@ def cache_unit(info_path: str, info: dict, num_batch: int, sp_path: Optional[str
     if not isinstance(settings, dict) or not isinstance(reference, dict) or parsed is None or parsed.task is None:
         raise save_dir.SaveDirError(f"{info_path}: a token_cache entry without create_settings (or a renamed file); "
                                     "re-create the unit")
+    try:  # create's rules, before the compiled loop indexes its arrays by these settings
+        example_settings = ExampleSettings.from_create_settings(settings)
+    except ConfigError as err:
+        raise save_dir.SaveDirError(f"{info_path}: its create_settings are not settings create runs with ({err}); "
+                                    "re-create the unit") from None
     root = os.path.dirname(os.path.dirname(os.path.abspath(info_path)))  # save_dir/tfrecords/record_info-…
-    return CacheUnit(info_path, num_batch, Unit(parsed.task, parsed.pass_id),
-                     ExampleSettings.from_create_settings(settings), root,
+    return CacheUnit(info_path, num_batch, Unit(parsed.task, parsed.pass_id), example_settings, root,
                      sp_path or record_info.recorded_model(info_path, info), reference,
                      settings.get("word_boundaries", "spaces"))
 

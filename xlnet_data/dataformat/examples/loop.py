@@ -13,6 +13,8 @@ from collections.abc import Callable
 import numpy as np
 
 from xlnet_data.common import compiled
+from xlnet_data.common.config_types import check_field_types
+from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import records
 from xlnet_data.dataformat.examples import layout
 from xlnet_data.dataformat.examples.layout import BITS, copy_values, value_at
@@ -30,6 +32,20 @@ class Unit:
     @property
     def seed(self):
         return 100 * self.task + self.pass_id
+
+
+# Upper bounds that keep the compiled loop's arithmetic within int64 and a batch's buffers within memory;
+# far above any model's (the original's defaults: seq_len 512, bsz_per_host 32, mask_alpha 6).
+LIMITS = {"bsz_per_host": 1 << 16, "num_core_per_host": 1 << 12, "seq_len": 1 << 16, "reuse_len": 1 << 16,
+          "mask_alpha": 1 << 20, "mask_beta": 1 << 20, "num_task": 1 << 20, "num_predict": 1 << 16}
+MAX_BATCH_TOKENS = 1 << 24
+SPAN_UNITS = ("piece", "word")
+
+
+def check_limit(name: str, value: int) -> None:
+    """ConfigError unless create's flag `name` lies in [1, LIMITS[name]]."""
+    if not 1 <= value <= LIMITS[name]:
+        raise ConfigError(f"--{name}={value} must be in [1, {LIMITS[name]}]")
 
 
 def num_predict_parts(num_predict: int) -> tuple[int, int]:
@@ -52,6 +68,42 @@ class ExampleSettings:
     num_predict: int
     span_unit: str = "piece"
 
+    def __post_init__(self):
+        check_field_types(self)  # from a file (from_create_settings), a field may hold any JSON value
+
+    def validate(self) -> "ExampleSettings":
+        """ConfigError, one line naming create's flag, for settings the layout cannot use: the rules of create's
+        flags that decide the examples (CreateConfig.validate runs them), which keep every index of the compiled
+        loop inside its arrays; so a record_info's settings are held to them before its unit is generated."""
+        for name in ("bsz_per_host", "seq_len", "reuse_len", "mask_alpha", "mask_beta", "num_predict"):
+            check_limit(name, getattr(self, name))
+        check_limit("num_core_per_host", self.num_core)  # num_core_per_host, or 1 without a TPU
+        if self.bsz_per_host * self.seq_len > MAX_BATCH_TOKENS:
+            raise ConfigError(f"--bsz_per_host={self.bsz_per_host} x --seq_len={self.seq_len} is more than "
+                              f"{MAX_BATCH_TOKENS} tokens per batch")
+        if self.span_unit not in SPAN_UNITS:
+            raise ConfigError(f"--span_unit={self.span_unit} must be one of {', '.join(SPAN_UNITS)}")
+        if self.seq_len - self.reuse_len - 3 < 1:  # tot_len: room for A and B
+            raise ConfigError(
+                f"--reuse_len={self.reuse_len} must be less than --seq_len - 3 = {self.seq_len - 3} "
+                "(room is needed for A, B, two <sep> and <cls>)")
+        rows_per_core = 2 if self.bi_data else 1
+        if self.bsz_per_host % (rows_per_core * self.num_core):
+            layout = "2 * num_core_per_host (bi_data)" if self.bi_data else "num_core_per_host"
+            raise ConfigError(
+                f"--bsz_per_host={self.bsz_per_host} must be divisible by {layout} = "
+                f"{rows_per_core * self.num_core}")
+        if self.mask_alpha < self.mask_beta:
+            raise ConfigError(
+                f"--mask_alpha={self.mask_alpha} must be >= --mask_beta={self.mask_beta} "
+                "(about mask_beta of every mask_alpha tokens are masked)")
+        goal_mem, goal_ab = num_predict_parts(self.num_predict)
+        if goal_mem > self.reuse_len or goal_ab > self.seq_len - self.reuse_len:
+            raise ConfigError(
+                f"--num_predict={self.num_predict} does not fit: {goal_mem} masks in the memory part of "
+                f"{self.reuse_len} tokens and {goal_ab} in the A/B part of {self.seq_len - self.reuse_len}")
+        return self
+
     @classmethod
     def of(cls, config) -> "ExampleSettings":
         """The settings of a config with these fields' names (datagen's CreateConfig)."""
@@ -59,10 +111,14 @@ class ExampleSettings:
 
     @classmethod
     def from_create_settings(cls, settings: dict) -> "ExampleSettings":
-        """The settings of a record_info's `create_settings` (create's flags as it ran)."""
-        return cls(**{field.name: settings[field.name] for field in dataclasses.fields(cls)
-                      if field.name not in ("num_core", "span_unit")},
-                   num_core=created_num_core(settings), span_unit=settings.get("span_unit", "piece"))
+        """The settings of a record_info's `create_settings` (create's flags as it ran), validated: ConfigError
+        naming the flag where one is missing or breaks create's rules."""
+        read = [field.name for field in dataclasses.fields(cls) if field.name not in ("num_core", "span_unit")]
+        missing = [name for name in (*read, "num_core_per_host") if name not in settings]
+        if missing:
+            raise ConfigError(f"{', '.join(missing)} missing")
+        return cls(**{name: settings[name] for name in read},
+                   num_core=created_num_core(settings), span_unit=settings.get("span_unit", "piece")).validate()
 
 
 INPUT, IS_MASKED, TARGET, SEG_ID, LABEL = (records.FEATURES.index(name)
