@@ -394,10 +394,6 @@ def test_a_lost_rank_ends_in_one_line(tmp_path):
         "); every rank stops: start them all again to resume from the last checkpoint in models/m"), line
 
 
-@pytest.mark.xfail(strict=True, reason="the loop weights each rank's loss by its own targets and DDP (as train_gpu's "
-                   "MEAN all-reduce) averages the ranks' means: with ranks of different target counts (padded "
-                   "predictions) that is not one rank's mean over all targets (measured: 8e-5 apart at step 1, 3e-4 "
-                   "at step 3); weighting by the global count (distributed.all_sum) makes them one")
 def test_two_ranks_train_as_one_rank_with_the_same_global_batch(split_records, tmp_path):
     """torchrun, gloo on the CPU, 2 ranks of 2 rows (a forward and its backward row each) against 1 rank of 4:
     every logged loss within 1e-5, and the same weights at the end."""
