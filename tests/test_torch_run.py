@@ -189,8 +189,8 @@ def test_the_command_refuses_bad_numbers_and_a_dry_run_that_cannot_fit_in_one_li
     model_dir = tmp_path / "m"
     common = [f"--record_info_dir={split_records}", f"--model_dir={model_dir}", "--n_layer=2", "--d_model=16",
               "--n_head=2", "--d_head=8", "--d_inner=32", "--device=cpu"]
-    expected = {"--device_memory=0": "train_torch: error: --device_memory='0' must be a positive size such as 16GB "
-                                     "(off: no check)",
+    expected = {"--device_memory=0": "train_torch: error: --device_memory='0': give a size above 0 bytes, or off to "
+                                     "plan for no device memory (no check)",
                 "--peak_tflops=-5": "train_torch: error: --peak_tflops=-5.0 must be a positive number (a device's "
                                     "dense peak TFLOP/s)"}
     for flag, line in expected.items():
@@ -228,8 +228,73 @@ def test_the_dry_run_projects_the_steps_the_evaluations_and_the_checkpoints(tmp_
         in projected, projected
     no_held_out = planning.dry_run(cfg, cost, 0, 0.0, steps.append, None, save, steps=1, seconds=0)
     assert (no_held_out.evaluations, no_held_out.evaluation_seconds, no_held_out.checkpoints) == (0, 0.0, 3)
-    assert [planning.evaluations_between(a, b, n) for a, b, n in ((0, 10, 5), (5, 10, 5), (0, 0, 5), (3, 9, 0))] \
-        == [2, 1, 0, 0]
+    assert [planning.checkpoints_between(a, b, n) for a, b, n in ((0, 10, 5), (5, 10, 5), (0, 0, 5), (3, 9, None))] \
+        == [2, 1, 0, 1]
+
+
+def test_the_dry_run_makes_the_runs_checks_and_counts_its_held_out_evaluations(split_records, tmp_path):
+    """training.dry_run, as train_gpu's: the held-out evaluations of the run counted (held_out.evaluations) and one
+    timed; nothing written; refused, as the run is, beside a run on the model_dir, for a model_dir of another model
+    and for one trained on records of another SentencePiece model."""
+    import time
+
+    from xlnet_data.common import run_lock
+    from xlnet_data.pretrain_torch import checkpoint, training
+    cfg = tiny_config(split_records, tmp_path / "m", train_steps=10, eval_every=4)
+    dry = training.dry_run(cfg, time.time(), steps=1, seconds=0, device="cpu")
+    assert dry.evaluations == held_out.evaluations(0, 10, 4) == 3 and dry.evaluation_seconds > 0
+    assert not (tmp_path / "m").exists()
+    with run_lock.hold(cfg.model_dir, training.MODEL_DIR_LOCK):  # a run training there
+        with pytest.raises(run_lock.FolderBusy, match=r"is in use by another train_torch run"):
+            training.dry_run(cfg, time.time(), steps=1, seconds=0, device="cpu")
+    dataclasses.replace(MODEL, d_inner=48).to_json(str(tmp_path / "m" / "xlnet_config.json"))
+    with pytest.raises(ConfigError, match=r"holds another model: d_inner=48 \(here 32\)"):
+        training.dry_run(cfg, time.time(), steps=1, seconds=0, device="cpu")
+    MODEL.to_json(str(tmp_path / "m" / "xlnet_config.json"))
+    (tmp_path / "m" / "run_config.json").write_text(json.dumps({"sp_model_sha256": ["0" * 64]}))
+    (tmp_path / "m" / "checkpoint-1").mkdir()  # trained: its run_config.json is binding
+    (tmp_path / "m" / "checkpoint-1" / checkpoint.STATE_FILE).write_bytes(b"")
+    with pytest.raises(ConfigError, match="was trained on records of another SentencePiece model"):
+        training.dry_run(cfg, time.time(), steps=1, seconds=0, device="cpu")
+    assert sorted(os.listdir(tmp_path / "m")) == [".train.lock", "checkpoint-1", "run_config.json",
+                                                  "xlnet_config.json"]
+
+
+def test_the_run_holds_the_readers_lock_and_a_records_file_gone_ends_it_after_a_checkpoint(split_records, tmp_path,
+                                                                                           monkeypatch):
+    """create --overwrite's check (the readers' lock, datagen/job.py) refuses while the run reads; a records file
+    deleted at step 2 (by something that ignores the lock) ends the run when it reads the file again, past the
+    first pass: one line naming the file and the checkpoint of the steps before it."""
+    from xlnet_data.common import run_lock
+    from xlnet_data.dataformat import save_dir_lock
+    from xlnet_data.pretrain.layout import DamagedRecordsError
+    from xlnet_data.pretrain_torch import checkpoint, optim, training
+    copy = tmp_path / "emma"
+    shutil.copytree(split_records, copy)
+    (path,) = (copy / "tfrecords").glob("train-*.tfrecords")
+    apply, busy = optim.AdamWeightDecay.apply, []
+
+    def apply_then_delete(self):
+        lr = apply(self)
+        if self.step == 2:
+            with pytest.raises(run_lock.FolderBusy) as refused:
+                run_lock.refuse_if_busy(str(copy), save_dir_lock.READERS_LOCK)
+            busy.append(str(refused.value))
+            path.unlink()
+        return lr
+
+    monkeypatch.setattr(optim.AdamWeightDecay, "apply", apply_then_delete)
+    cfg = tiny_config(copy, tmp_path / "m", train_steps=400, iterations=1, eval_every=0, eval_record_info_dir="")
+    with pytest.raises(DamagedRecordsError) as stopped:
+        training.train(cfg, device="cpu")
+    assert busy and "train_torch: pid" in busy[0], busy
+    saved = checkpoint.latest(cfg.model_dir)
+    step = int(saved.rsplit("-", 1)[1])
+    assert 2 < step < 400 and str(stopped.value) == (
+        f"{path}: record 0: cannot open: No such file or directory: a records file went away while training read it "
+        f"(create --overwrite?); check the records, then run the same command to resume (training stopped at step "
+        f"{step}; {saved} holds the steps before it)")
+    run_lock.refuse_if_busy(str(copy), save_dir_lock.READERS_LOCK)  # released with the run
 
 
 # ----- the log line and TensorBoard -----
