@@ -166,8 +166,8 @@ def test_a_run_that_cannot_fit_is_refused_in_one_line_naming_the_smallest_change
 
 
 @pytest.mark.parametrize("text, message", [
-    ("0", "--device_memory='0' must be a positive size such as 16GB (off: no check)"),
-    ("-4GB", "--device_memory='-4GB' must be a positive size such as 16GB (off: no check)"),
+    ("0", "--device_memory='0': give a size above 0 bytes, or off to plan for no device memory (no check)"),
+    ("-4GB", "--device_memory='-4GB': give a size above 0 bytes, or off to plan for no device memory (no check)"),
     ("nan", "--device_memory='nan': give a size such as 16GB, 80GiB or 512MB (or off: no check)")])
 def test_a_device_memory_of_zero_negative_or_nan_is_refused(text, message):
     with pytest.raises(ConfigError) as refused:
@@ -360,7 +360,7 @@ def test_the_best_is_kept_among_evaluations_of_one_held_out_set(split_records, t
     assert 0 <= better.accuracy <= 1
     best = held_out.read_best(cfg.model_dir)
     assert (best.step, best.loss, best.checkpoint) == (20, better.loss, "step-20")
-    assert best.measured_on["eval_batches"] == 3 and best.measured_on["seed"] == 0
+    assert (best.measured_on["batches"], best.measured_on["mem_len"]) == ([3], 16)  # held_out.measured_on's
     assert sorted(os.listdir(held_out.best_dir(cfg.model_dir))) == ["best.json", "step-20"]  # step 10's deleted
     assert (Path(held_out.best_dir(cfg.model_dir)) / "step-20" / "model.safetensors").read_text() == "1"
     assert caplog.messages[-1] == (
@@ -373,8 +373,9 @@ def test_the_best_is_kept_among_evaluations_of_one_held_out_set(split_records, t
     with caplog.at_level(logging.INFO, logger="xlnet_data"):
         other = HeldOut(dataclasses.replace(cfg, eval_batches=2), ONE_RANK, np.ones(1), reporter, save_best)
     assert other.best is None
-    assert caplog.messages == [f"the held-out set is not the one of the best so far ({better.loss:.4f} at step 20, in "
-                               f"{held_out.best_dir(cfg.model_dir)}): a new best starts with this run's first evaluation"]
+    assert caplog.messages == [f"the best checkpoint so far (held-out loss {better.loss:.4f} at step 20, "
+                               f"{held_out.best_dir(cfg.model_dir)}) was measured on other held-out batches per source "
+                               "([3], now [2]): this run starts a new best at its first evaluation, which replaces it"]
     worse_of_two = other.evaluate(40, worse)
     assert worse_of_two.loss > better.loss and held_out.read_best(cfg.model_dir).step == 40
     assert sorted(os.listdir(held_out.best_dir(cfg.model_dir))) == ["best.json", "step-40"]
@@ -398,9 +399,9 @@ def test_held_out_records_of_another_sentencepiece_model_are_refused(split_recor
     ours = json.loads(next((Path(split_records) / "tfrecords").glob("record_info-train-*.json")).read_text())
     assert str(refused.value) == (
         f"the held-out records in {other / 'tfrecords'} were made with another SentencePiece model (sha256 {'f' * 64}) "
-        f"than the training records in {Path(split_records) / 'tfrecords'} (sha256 "
-        f"{ours['made_from']['model_sha256']}): make them again with create --split=dev and the training records' "
-        "--sp_path")
+        f"than the training records (sha256 {ours['made_from']['model_sha256']}): their loss would be of another "
+        "vocabulary's ids; make them with the training records' model (create --split=dev --sp_path=...), or pass "
+        "another --eval_record_info_dir")  # held_out.check_same_model's, train_gpu's too
 
 
 # ----- several ranks -----
