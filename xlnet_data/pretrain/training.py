@@ -212,7 +212,7 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
 
     On SIGTERM or SIGINT the run saves a checkpoint at the current step and returns early (result.stopped_by).
     Before training, every unit's record count is checked against its record_info; a damaged record met
-    while training raises DamagedRecordsError naming it (after a checkpoint at the current step).
+    while training raises layout.DamagedRecordsError naming it (after a checkpoint at the current step).
     permutation: fixes the factorization orders (see inputs.fixed_permutation).
     stop_after: end after that many steps of this run without a final checkpoint, as if
       the job were killed (to test resuming).
