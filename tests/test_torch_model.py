@@ -299,7 +299,7 @@ def test_init_weights_draws_train_gpus_initialisers():
 @pytest.fixture(scope="module")
 def train_gpu_checkpoint(tmp_path_factory):
     """A checkpoint that train_gpu's writer (pretrain/checkpoints.save) wrote, of a tiny TF2 XLNet, with an
-    optimizer slot and global_step beside the weights; and the TF2 model."""
+    optimizer slot, global_step and a string tensor beside the weights; and the TF2 model."""
     tf = pytest.importorskip("tensorflow")
     from xlnet_data.pretrain import checkpoints
     from xlnet_data.pretrain import modeling as M
@@ -307,7 +307,9 @@ def train_gpu_checkpoint(tmp_path_factory):
     model = M.XLNet(config, dataclasses.replace(run, init_std=0.3), seed=0)
     directory = tmp_path_factory.mktemp("train_gpu")
     tensors = {**model.weights, "global_step": tf.constant(7, tf.int64),
-               "model/lm_loss/bias/adam_m": tf.ones([config.n_token], tf.float32)}
+               "model/lm_loss/bias/adam_m": tf.ones([config.n_token], tf.float32),
+               # train_gpu's string state (train_state/source_0/made_from...): a 2-byte varint length among them
+               "train_state/source_0/made_from": tf.constant([b"records/a.tfrecords", b"", b"x" * 300])}
     checkpoints.save(str(directory / "model.ckpt-7"), tensors)
     return tf, model, directory
 

@@ -89,7 +89,10 @@ def test_a_run_stopped_by_sigterm_and_resumed_ends_with_the_uninterrupted_runs_w
     def apply_then_sigterm_at_50(self):
         lr = apply(self)
         if self.step == 50:
-            os.kill(os.getpid(), signal.SIGTERM)  # noted by the loop, which saves at this step and ends
+            # Sent to this thread, its handler run before raise_signal returns: the loop notes it before its next
+            # step, saves at this step and ends. os.kill(getpid()) is the process's: any thread may take it (the
+            # read-ahead's), and under load the main thread then ran step 51 before the handler noted it.
+            signal.raise_signal(signal.SIGTERM)
         return lr
 
     with monkeypatch.context() as patch:
@@ -196,6 +199,23 @@ def test_twenty_steps_equal_train_gpus_from_the_same_weights_and_permutations(re
     for source, tf_source in zip(ours.sources, theirs.sources):
         for mem, tf_mem in zip(source.mems, tf_source.mems):
             np.testing.assert_allclose(mem.numpy(), np.asarray(tf_mem), atol=1e-5, rtol=0)
+
+    # train_gpu's model_dir, as TensorFlow reads it (its train_state strings too), continues in train_torch
+    tf = pytest.importorskip("tensorflow")
+    from xlnet_data.pretrain_torch import tf_checkpoint
+    tf_dir = str(tmp_path / "tf")
+    read, reader = tf_checkpoint.read(tf_dir), tf.train.load_checkpoint(tf_dir)
+    assert sorted(read) == sorted(reader.get_variable_to_shape_map())
+    assert any(value.dtype == object for value in read.values())  # train_state/source_0/made_from...
+    for name, value in read.items():
+        np.testing.assert_array_equal(value, reader.get_tensor(name), err_msg=name)
+    start = XLNet(cfg.model, cfg.run)  # through the TensorFlow-free reader, not as a Transformers directory
+    assert checkpoint.initialise(start, tf_dir) == tf_checkpoint.resolve(tf_dir)
+    np.testing.assert_array_equal(start.transformer.word_embedding.weight.detach().numpy(),
+                                  reader.get_tensor("model/transformer/word_embedding/lookup_table"))
+    continued = T.train(dataclasses.replace(cfg, model_dir=str(tmp_path / "continued"), init_checkpoint=tf_dir,
+                                            train_steps=1, iterations=1), device="cpu")
+    assert continued.step == 1 and np.isfinite(continued.losses).all()
 
 
 # ----- the command ------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from xlnet_data.dataformat import save_dir
 log = logging.getLogger("xlnet_data")
 
 SAVE_DIR_LOCK = FolderLock(".create.lock", "create", "--save_dir")
-READERS_LOCK = FolderLock(".read.lock", "reader (train_gpu, dump) or create --overwrite", "--save_dir")
+READERS_LOCK = FolderLock(".read.lock", "reader (train_gpu, train_torch, dump) or create --overwrite", "--save_dir")
 
 
 def reading(tfrecords_dirs, program):

@@ -29,6 +29,27 @@ class NoRecordsError(UserError, FileNotFoundError):
     """A record dir without the records of the settings asked for."""
 
 
+class DamagedRecordsError(UserError, ValueError):
+    """Training met a record it cannot read; the message names the file, the record and the byte."""
+
+
+class RecordsGoneError(UserError):
+    """A records file that training read is no longer there."""
+
+
+def records_gone(reason: str) -> RecordsGoneError:
+    """A records file gone while training read it (after find_records found it); `reason`: the read's error."""
+    return RecordsGoneError(f"{reason}: a records file went away while training read it (create --overwrite?); check "
+                            "the records, then run the same command to resume")
+
+
+def stopped_at(damage: Exception, step: int, saved) -> DamagedRecordsError:
+    """What ends a run that met damaged or vanished records (`damage`) at `step`, after its checkpoint `saved`
+    (None: it wrote none)."""
+    kept = f"; {saved} holds the steps before it" if saved else ""
+    return DamagedRecordsError(f"{damage} (training stopped at step {step}{kept})")
+
+
 @dataclasses.dataclass(frozen=True)
 class RecordInfo:
     """The record files chosen for training, in stream order, and their batch count (of bsz_per_host)."""

@@ -27,7 +27,7 @@ from xlnet_data.dataformat.record_reader import RecordError, read_numbered_examp
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import InputConfig, TrainConfig
 from xlnet_data.pretrain.inputs import PermutationFn, parse_batches, record_batches
-from xlnet_data.pretrain.layout import find_records, replica_rows
+from xlnet_data.pretrain.layout import RecordsGoneError, find_records, replica_rows
 
 
 def split_host_batch(value: tf.Tensor, num_replicas: int, bi_data: bool) -> tf.Tensor:
@@ -119,12 +119,4 @@ def find_damage(record_dir: str, cfg: TrainConfig) -> Optional[UserError]:
         except FileNotFoundError as err:  # gone between find_records and here
             return RecordsGoneError(f"{path}: {err.strerror}: deleted or moved while training read it")
     return None
-
-
-class DamagedRecordsError(UserError, ValueError):
-    """Training met a record it cannot read; the message names the file, the record and the byte."""
-
-
-class RecordsGoneError(UserError):
-    """A records file that training read is no longer there."""
 

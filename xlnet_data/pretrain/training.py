@@ -48,9 +48,11 @@ from xlnet_data.pretrain.layout import (
     in_tfrecords_folders,
     mixing_schedule,
     mixture_line,
+    records_gone,
     sampling_probs,
     source_identity,
     source_tokens,
+    stopped_at,
 )
 from xlnet_data.pretrain.reporting import check_losses, report
 from xlnet_data.pretrain.resume import (
@@ -63,7 +65,7 @@ from xlnet_data.pretrain.resume import (
     save,
     say_if_a_better_checkpoint_goes,
 )
-from xlnet_data.pretrain.sources import DamagedRecordsError, RecordsGoneError, Source, find_damage, replica_batches
+from xlnet_data.pretrain.sources import Source, find_damage, replica_batches
 from xlnet_data.pretrain.trainer import Trainer
 
 log = logging.getLogger("xlnet_data")
@@ -210,7 +212,7 @@ def train(cfg: TrainConfig, *, strategy: Optional[tf.distribute.Strategy] = None
 
     On SIGTERM or SIGINT the run saves a checkpoint at the current step and returns early (result.stopped_by).
     Before training, every unit's record count is checked against its record_info; a damaged record met
-    while training raises DamagedRecordsError naming it (after a checkpoint at the current step).
+    while training raises layout.DamagedRecordsError naming it (after a checkpoint at the current step).
     permutation: fixes the factorization orders (see inputs.fixed_permutation).
     stop_after: end after that many steps of this run without a final checkpoint, as if
       the job were killed (to test resuming).
@@ -270,9 +272,7 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, held: contextlib.ExitSta
             log.info("a read failed at step %d; locating the damaged record in %s", step, source.name)
             damage = find_damage(source.name, cfg)
             if damage is None and isinstance(err, tf.errors.NotFoundError):  # a file gone, and back by now
-                damage = RecordsGoneError(f"{err.message.splitlines()[0]}: a records file went away while training "
-                                          "read it (create --overwrite?); check the records, then run the same "
-                                          "command to resume")
+                damage = records_gone(err.message.splitlines()[0])
             if damage is None:
                 raise  # not the records: a bug worth its traceback
             break
@@ -301,7 +301,6 @@ def _train(cfg: TrainConfig, stop: stopping.SignalNote, held: contextlib.ExitSta
     if step == end and damage is None:
         meet_at_the_end(strategy)
     if damage is not None:
-        kept = f"; {saved} holds the steps before it" if saved else ""
-        raise DamagedRecordsError(f"{damage} (training stopped at step {step}{kept})")
+        raise stopped_at(damage, step, saved)
     return TrainResult(step, first_step, losses + [float(value) for value in window], trainer, sources,
                        stop.signum, saved, held_out.best if held_out else None)

@@ -36,6 +36,7 @@ import torch
 
 from xlnet_data.pretrain import costs
 from xlnet_data.pretrain.config import TrainConfig, XLNetConfig
+from xlnet_data.pretrain.held_out import evaluations
 
 log = logging.getLogger("xlnet_data")
 
@@ -151,16 +152,10 @@ def announce(cfg: TrainConfig, replicas: int, device: torch.device) -> costs.Ste
     return cost
 
 
-def evaluations_between(start: int, end: int, every: int) -> int:
-    """Evaluations of a run from step `start` to `end`: every `every` steps and at the last (0: none)."""
-    if not every or end <= start:
-        return 0
-    return end // every - start // every + (end % every != 0)
-
-
 def checkpoints_between(start: int, end: int, save_steps: Optional[int]) -> int:
-    """Checkpoints of a run from step `start` to `end`: every save_steps steps and at the last."""
-    return evaluations_between(start, end, save_steps or end)
+    """Checkpoints of a run from step `start` to `end`: every save_steps steps and at the last (as held-out
+    evaluations are counted)."""
+    return evaluations(start, end, save_steps or end)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,5 +219,5 @@ def dry_run(cfg: TrainConfig, cost: costs.StepCost, start_step: int, started: fl
         shutil.rmtree(folder, ignore_errors=True)
     end = cfg.train_steps
     return DryRun(cost, start_step, end, first, timed, step_seconds,
-                  evaluations_between(start_step, end, cfg.eval_every if evaluate else 0), evaluation_seconds,
+                  evaluations(start_step, end, cfg.eval_every if evaluate else 0), evaluation_seconds,
                   checkpoints_between(start_step, end, cfg.save_steps), checkpoint_seconds)

@@ -99,18 +99,24 @@ def _shape(message: bytes) -> tuple[int, ...]:
     return tuple(dims)
 
 
+def _strings(raw: bytearray, shape: tuple[int, ...]) -> tuple[np.ndarray, bytes]:
+    """A string tensor (varint64 lengths, their masked CRC32C, then the bytes) and the bytes its entry's CRC32C
+    covers: TensorFlow's WriteStringTensor checksums each length as a little-endian uint32 (a uint64 past 2**32-1),
+    not as the varint it writes, then the lengths' stored checksum and the strings' bytes."""
+    pos, lengths = 0, []
+    for _ in range(int(np.prod(shape))):
+        length, pos = varint(raw, pos)
+        lengths.append(length)
+    widths = b"".join(length.to_bytes(4 if length <= 0xFFFFFFFF else 8, "little") for length in lengths)
+    lengths_crc, pos = bytes(raw[pos:pos + 4]), pos + 4
+    values = []
+    for length in lengths:
+        values.append(bytes(raw[pos:pos + length]))
+        pos += length
+    return np.array(values, dtype=object).reshape(shape), widths + lengths_crc + b"".join(values)
+
+
 def _array(raw: bytearray, dtype: int, shape: tuple[int, ...], name: str) -> np.ndarray:
-    if dtype == _DT_STRING:  # varint64 lengths, their masked CRC32C, then the bytes
-        pos, lengths = 0, []
-        for _ in range(int(np.prod(shape))):
-            length, pos = varint(raw, pos)
-            lengths.append(length)
-        pos += 4
-        values = []
-        for length in lengths:
-            values.append(bytes(raw[pos:pos + length]))
-            pos += length
-        return np.array(values, dtype=object).reshape(shape)
     if dtype not in _DTYPES:
         raise ValueError(f"{name} has TensorFlow dtype {dtype}, which this reader does not know")
     if _DTYPES[dtype] == "bfloat16":
@@ -167,9 +173,13 @@ def read(path: str) -> dict[str, np.ndarray]:
                 shards[shard].seek(entry.get(4, 0))
                 if shards[shard].readinto(raw) != len(raw):
                     raise ValueError(f"the data of {name} runs past the end of {data_path} (cut short?)")
-                if 6 in entry and not _crc_ok(raw, int.from_bytes(entry[6], "little")):
+                dtype, shape = entry.get(1, 0), _shape(entry.get(2, b""))
+                if dtype == _DT_STRING:
+                    out[name], covered = _strings(raw, shape)
+                else:
+                    out[name], covered = _array(raw, dtype, shape, name), raw
+                if 6 in entry and not _crc_ok(covered, int.from_bytes(entry[6], "little")):
                     raise ValueError(f"{name} fails its CRC32C in {data_path} (a damaged file)")
-                out[name] = _array(raw, entry.get(1, 0), _shape(entry.get(2, b"")), name)
     except OSError as err:
         raise TFCheckpointError(f"cannot read checkpoint {prefix}: {err.strerror or err}: give a checkpoint prefix "
                                 "(.../model.ckpt-1000, beside its .index and .data files) or a model_dir") from None

@@ -27,10 +27,20 @@ import torch
 import torch.distributed as dist
 
 from xlnet_data.common import run_lock, stopping
+from xlnet_data.dataformat import save_dir_lock
 from xlnet_data.dataformat.examples.generated import Position
+from xlnet_data.dataformat.record_reader import RecordError
+from xlnet_data.dataformat.token_cache import TokenCacheError
 from xlnet_data.pretrain.config import TrainConfig
 from xlnet_data.pretrain.held_out import Best
-from xlnet_data.pretrain.layout import check_records, mixture_line, source_identity
+from xlnet_data.pretrain.layout import (
+    NoRecordsError,
+    check_records,
+    mixture_line,
+    records_gone,
+    source_identity,
+    stopped_at,
+)
 from xlnet_data.pretrain.model_dir import check_model_dir, check_same_sources, check_trained_from, model_dir_lock
 from xlnet_data.pretrain_torch import checkpoint, distributed, planning
 from xlnet_data.pretrain_torch.accumulation import forward_backward
@@ -155,20 +165,29 @@ def _resumed_sources(path: str, cfg: TrainConfig, state: dict, ranks: distribute
     return positions, [s["mems"][ranks.rank] for s in saved]
 
 
+def _evaluates(cfg: TrainConfig) -> bool:
+    return bool(cfg.eval_every and cfg.eval_record_info_dir)
+
+
 def setup(cfg: TrainConfig, held: contextlib.ExitStack, permutation: Optional[PermutationFn], *,
           device: str = "auto", writes: bool = True) -> Run:
-    """The run, ready for its next step (see the module doc); `writes`: False for the dry run (no lock, no
-    model_dir files)."""
+    """The run, ready for its next step (see the module doc), after every check it makes before its first step (as
+    train_gpu's _start): the records and held-out records, the readers' lock on their save_dirs (held in `held`),
+    the plan, model_dir's lock, its xlnet_config.json and run_config.json, the checkpoint it resumes from or
+    --init_checkpoint. `writes` False (the dry run): model_dir is only checked, never locked or written."""
     ranks = distributed.start(device)
     # Full float32 matmuls on GPUs unless --tf32 (TF32 keeps 10 bits of mantissa: about 1e-3 off the original).
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
     check_records(cfg)
+    record_dirs = cfg.record_info_dir.split(",") + (cfg.eval_record_info_dir.split(",") if _evaluates(cfg) else [])
+    held.enter_context(save_dir_lock.reading(record_dirs, "train_torch"))  # no create --overwrite while it reads
     cost = planning.announce(cfg, ranks.world_size, ranks.device)  # a run that cannot fit stops before the model
     latest = checkpoint.latest(cfg.model_dir)
-    if writes and ranks.chief:
+    if not writes:
+        run_lock.refuse_if_busy(cfg.model_dir, MODEL_DIR_LOCK)
+    elif ranks.chief:  # one writer per model_dir: a second run on it stops here (FolderBusy)
         held.enter_context(run_lock.hold(cfg.model_dir, MODEL_DIR_LOCK))
-    if writes:
-        check_model_dir(cfg, ranks.chief, trained=latest is not None)
+    check_model_dir(cfg, ranks.chief, trained=latest is not None, write=writes)
     model = XLNet(cfg.model, cfg.run, recompute=cfg.recompute)
     init_weights(model, cfg.run, torch.Generator().manual_seed(cfg.seed))
     torch.manual_seed(cfg.seed + ranks.rank)  # dropout's draws, each rank its own
@@ -227,12 +246,12 @@ def train(cfg: TrainConfig, *, permutation: Optional[PermutationFn] = None, stop
 def _train(run: Run, stop: stopping.SignalNote, stop_after: Optional[int]) -> TrainResult:
     cfg, chief = run.cfg, run.ranks.chief
     reporter = Reporter(cfg.model_dir, run.cost, chief)
-    held_out = (HeldOut(cfg, run.ranks, run.probs, reporter, run.save_best)
-                if cfg.eval_every and cfg.eval_record_info_dir else None)
+    held_out = HeldOut(cfg, run.ranks, run.probs, reporter, run.save_best) if _evaluates(cfg) else None
     first_step = step = run.step
     saved, saved_step = None, first_step
     losses, window, tic = [], [], time.time()
     gnorm, lr = None, 0.0
+    damage = None  # damaged or vanished records met: the run ends after a checkpoint of the steps before
 
     def check_window():
         """The steps since the last report, read (the device waits for them) and checked for divergence."""
@@ -250,7 +269,12 @@ def _train(run: Run, stop: stopping.SignalNote, stop_after: Optional[int]) -> Tr
 
     end = cfg.train_steps if stop_after is None else min(cfg.train_steps, step + stop_after)
     while step < end and stop.signum is None:
-        loss, gnorm, lr = run.train_step()
+        try:
+            loss, gnorm, lr = run.train_step()  # reads its batch first: a read error leaves the step untaken
+        except (RecordError, NoRecordsError, TokenCacheError) as err:
+            gone = isinstance(err, RecordError) and err.path and not os.path.exists(err.path)
+            damage = records_gone(str(err)) if gone else err
+            break
         if run.ranks.distributed:  # the step's loss: the sum of the ranks' shares
             loss = torch.tensor(distributed.all_sum([float(loss)], run.ranks)[0])
         step += 1
@@ -268,11 +292,13 @@ def _train(run: Run, stop: stopping.SignalNote, stop_after: Optional[int]) -> Tr
             tic += time.time() - started  # not training's time
         if cfg.save_steps and step % cfg.save_steps == 0 or step == cfg.train_steps:
             save()
-    if stop.signum is not None and step != saved_step:
+    if (stop.signum is not None or damage is not None) and step != saved_step:
         save()  # what this run did since its last checkpoint is kept
-    if step == first_step and stop.signum is None:
+    if step == first_step and stop.signum is None and damage is None:
         log.info("nothing to do: %s is at step %d, train_steps is %d", cfg.model_dir, step, cfg.train_steps)
     reporter.close()
+    if damage is not None:
+        raise stopped_at(damage, step, saved)
     if step == end:
         distributed.finish(run.ranks)
     return TrainResult(step, first_step, losses + [float(value) for value in window], run.model, run.sources,
@@ -295,7 +321,7 @@ def dry_run(cfg: TrainConfig, started: float, steps: int = 5, seconds: float = 2
             float(run.train_step()[0])  # waits for the device
 
         evaluate = None
-        if cfg.eval_every and cfg.eval_record_info_dir:
+        if _evaluates(cfg):
             evaluator = Evaluator(cfg, run.ranks, cfg.eval_record_info_dir, cfg.eval_batches, split=cfg.eval_split)
             evaluate = functools.partial(evaluator.evaluate, run.model)
         return planning.dry_run(cfg, run.cost, start, started, step, evaluate, run.save, steps=steps,
