@@ -325,7 +325,7 @@ def test_export_is_ready_for_fine_tuning(trained, records, sample_spm):
     assert agreement[0] in card and "`emma` (its `corpus_info.json`)" in card and "mem_len=32" in card
     # No path of this machine (pushed to the Hub, the card would publish them): file names only.
     assert "/" not in "".join(re.findall(r"`[^`]*`", card.split("## Use")[0])), card
-    assert "from `emma.txt`" in card and f"with `{sample_spm.name}`" in card and "`model.ckpt-80`" in card
+    assert "from `emma.txt`" in card and f"with `{os.path.basename(sample_spm)}`" in card and "`model.ckpt-80`" in card
     # The corpus's tokens: each task's pass 0 of the train split (corpus_info.json's input_counts name only the
     # files with <unk> or marks lost).
     tokens = sum(json.loads(path.read_text())["create_counts"]["tokens"]

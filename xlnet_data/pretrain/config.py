@@ -250,16 +250,12 @@ class TrainConfig:
         need(0 <= self.weight_decay < math.inf, f"--weight_decay={self.weight_decay} must be a number >= 0")
         need(self.max_loss is None or 0 < self.max_loss < math.inf,
              f"--max_loss={self.max_loss} must be a positive number")
+        # A negative or NaN peak would log an MFU of -0.0% or nan%; a negative memory is no plan.
         need(self.peak_tflops is None or 0 < self.peak_tflops < math.inf,
              f"--peak_tflops={self.peak_tflops} must be a positive number (a device's dense peak TFLOP/s)")
         need(self.device_memory is None or self.device_memory >= 0,
              f"device_memory={self.device_memory} must be a number of bytes (0: no check)")
         need(0 <= self.seed < 2**63, f"--seed={self.seed} must be in [0, 2**63)")
-        # A negative or NaN peak would log an MFU of -0.0% or nan%; a negative memory is no plan.
-        need(self.peak_tflops is None or 0 < self.peak_tflops < math.inf,
-             f"--peak_tflops={self.peak_tflops} must be a positive number of TFLOP/s")
-        need(self.device_memory is None or self.device_memory >= 0,
-             f"device_memory={self.device_memory} must be a number of bytes >= 0 (0: no check)")
         need(self.mix_sampling_factor is None or 0 <= self.mix_sampling_factor < math.inf,
              f"--mix_sampling_factor={self.mix_sampling_factor} must be a finite number >= 0")
         duplicated = sorted({d for d in self.devices if self.devices.count(d) > 1})
