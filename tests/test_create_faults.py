@@ -319,7 +319,9 @@ def test_a_full_disk_names_the_file_leaves_no_temporary_and_a_rerun_completes(tm
         (".bin: No space left on device", ".json: No space left on device"))
     in_records = (line.startswith(f"create: error: {save_dir}/tfrecords/train-0-")
                   and line.endswith(".tfrecords: No space left on device"))
-    assert in_cache or in_records, line
+    # Or, since issue 45, the plan's refusal before anything is encoded (its disk estimate is above what is left).
+    planned = line.startswith("create: error: the token cache and records would take ") and "nothing written" in line
+    assert in_cache or in_records or planned, line
     assert temporaries(save_dir) == []
     assert not [name for name in listing(save_dir) if name.endswith(".tfrecords")]
 
