@@ -448,7 +448,7 @@ def test_a_lost_rank_ends_in_one_line(tmp_path):
         "except distributed.LOST_RANK_ERRORS as err:\n"
         "    assert distributed.is_lost_rank(err), err\n"
         "    print(distributed.lost_rank_message(err, ranks, 'models/m'))\n"
-        "    sys.exit(2)\n")
+        "    distributed.leave_lost_run(2)\n")
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2",
            "PYTHONPATH": str(ROOT)}
     ranks = [subprocess.Popen([sys.executable, str(script)], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},

@@ -46,7 +46,7 @@ def _train():
         if not distributed.is_lost_rank(err):
             raise
         ranks = distributed.start(FLAGS.device)
-        return cli.fail("train_torch", distributed.lost_rank_message(err, ranks, config.model_dir))
+        distributed.leave_lost_run(cli.fail("train_torch", distributed.lost_rank_message(err, ranks, config.model_dir)))
     if result.stopped_by is not None:
         return train_flags.stopped("train_torch", result)
     best = (f"; best held-out loss {result.best.loss:.4f} at step {result.best.step}" if result.best else "")
