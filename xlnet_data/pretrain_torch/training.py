@@ -45,8 +45,9 @@ from xlnet_data.pretrain.model_dir import check_model_dir, check_same_sources, c
 from xlnet_data.pretrain_torch import checkpoint, distributed, planning
 from xlnet_data.pretrain_torch.accumulation import forward_backward
 from xlnet_data.pretrain_torch.data import ReplicaSource, SourcePosition, open_sources, tfrecords_folders
+from xlnet_data.pretrain_torch.device_features import on_device
 from xlnet_data.pretrain_torch.evaluation import Evaluator, HeldOut
-from xlnet_data.pretrain_torch.examples import PermutationFn
+from xlnet_data.pretrain_torch.examples import PermutationFn, shipped
 from xlnet_data.pretrain_torch.modeling import XLNet, init_weights
 from xlnet_data.pretrain_torch.optim import AdamWeightDecay, clip_by_global_norm
 from xlnet_data.pretrain_torch.reporting import Reporter, check_losses
@@ -96,7 +97,7 @@ class Run:
         """One update: (this rank's share of the step's loss, the gradient norm before clipping, the learning
         rate)."""
         source = self.sources[self.schedule[self.step]]
-        batch = {name: torch.from_numpy(value).to(self.ranks.device) for name, value in source.next_batch().items()}
+        batch = on_device(source.next_batch(), self.ranks.device, self.cfg.data.num_predict)
         no_sync = getattr(self.net, "no_sync", contextlib.nullcontext)
         num_targets = None  # one rank: its own count
         if self.ranks.distributed:  # the step's count over the ranks: their shares sum to one rank's mean
@@ -209,7 +210,8 @@ def setup(cfg: TrainConfig, held: contextlib.ExitStack, permutation: Optional[Pe
                                else os.path.dirname(cfg.init_checkpoint) or ".", cfg)
         log.info("model initialised from %s", checkpoint.initialise(model, cfg.init_checkpoint))
     distributed.check_same_start(optimizer.step, ranks, cfg.model_dir)
-    sources, schedule, probs = open_sources(cfg, ranks.world_size, ranks.rank, optimizer.step, permutation, positions)
+    sources, schedule, probs = open_sources(cfg, ranks.world_size, ranks.rank, optimizer.step, permutation, positions,
+                                            make=shipped)  # perm_mask and target_mapping made on the device
     rows = sources[0].rows.size
     for i, source in enumerate(sources):
         source.mems = ([mem.to(ranks.device) for mem in mems[i]] if mems and mems[i] is not None
