@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.attention.flex_attention as flex_module
-from conftest import MODEL_CASES, SHARED
+from conftest import MODEL_CASES, SHARED, run_module
 
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.pretrain import config as C
@@ -223,3 +223,23 @@ def test_flex_refuses_attention_dropout():
     with pytest.raises(ConfigError, match="--dropatt=0"):
         TM.XLNet(C.XLNetConfig(n_layer=1, d_model=8, n_head=1, d_head=8, d_inner=8, n_token=10),
                  C.RunConfig(dropatt=0.1), attention="flex")
+
+
+def test_train_torch_refuses_flex_where_it_cannot_train(tmp_path):
+    """On the CPU (no FlexAttention backward there) and with attention dropout: one line each, before any record
+    is read; --help says what --attention and --compile do."""
+    from xlnet_data.pretrain_torch import training
+
+    data = C.InputConfig(seq_len=8, reuse_len=4, perm_size=4, bsz_per_host=2, bi_data=False)
+    config = C.TrainConfig(record_info_dir=str(tmp_path / "none"), model_dir=str(tmp_path / "model"),
+                           model=C.XLNetConfig(n_layer=1, d_model=8, n_head=1, d_head=8, d_inner=8, n_token=10),
+                           run=C.RunConfig(reuse_len=4), data=data, attention="flex")
+    with pytest.raises(ConfigError, match=r"^--attention=flex trains on a GPU only .*: give --attention=eager$"):
+        training.train(config, device="cpu")
+    assert not (tmp_path / "model").exists()
+    with pytest.raises(ConfigError, match=r"^--attention=flex has no attention dropout .*: give --dropatt=0 \(not "
+                                          r"0.1\), or --attention=eager$"):
+        dataclasses.replace(config, run=C.RunConfig(reuse_len=4, dropatt=0.1))
+    result = run_module("xlnet_data.train_torch", "--helpfull")
+    assert "--attention: <eager|flex>: eager: the attention as matmuls" in result.stdout, result.stdout[-2000:]
+    assert "--[no]compile: torch.compile the model" in result.stdout

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from xlnet_data.common import run_lock, stopping
+from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import save_dir_lock
 from xlnet_data.dataformat.examples.generated import Position
 from xlnet_data.dataformat.record_reader import RecordError
@@ -75,7 +76,7 @@ class Run:
     cfg: TrainConfig
     ranks: distributed.Ranks
     model: XLNet  # the module (its state_dict is the checkpoint's)
-    net: torch.nn.Module  # the module under DDP with several ranks
+    net: torch.nn.Module  # the module under DDP with several ranks, compiled with --compile
     optimizer: AdamWeightDecay
     sources: list[ReplicaSource]
     schedule: np.ndarray  # the source of every step
@@ -177,6 +178,9 @@ def setup(cfg: TrainConfig, held: contextlib.ExitStack, permutation: Optional[Pe
     the plan, model_dir's lock, its xlnet_config.json and run_config.json, the checkpoint it resumes from or
     --init_checkpoint. `writes` False (the dry run): model_dir is only checked, never locked or written."""
     ranks = distributed.start(device)
+    if cfg.attention == "flex" and ranks.device.type == "cpu":
+        raise ConfigError("--attention=flex trains on a GPU only (torch has no FlexAttention backward on the CPU): "
+                          "give --attention=eager")
     # Full float32 matmuls on GPUs unless --tf32 (TF32 keeps 10 bits of mantissa: about 1e-3 off the original).
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
     check_records(cfg)
@@ -189,7 +193,7 @@ def setup(cfg: TrainConfig, held: contextlib.ExitStack, permutation: Optional[Pe
     elif ranks.chief:  # one writer per model_dir: a second run on it stops here (FolderBusy)
         held.enter_context(run_lock.hold(cfg.model_dir, MODEL_DIR_LOCK))
     check_model_dir(cfg, ranks.chief, trained=latest is not None, write=writes)
-    model = XLNet(cfg.model, cfg.run, recompute=cfg.recompute)
+    model = XLNet(cfg.model, cfg.run, recompute=cfg.recompute, attention=cfg.attention)
     init_weights(model, cfg.run, torch.Generator().manual_seed(cfg.seed))
     torch.manual_seed(cfg.seed + ranks.rank)  # dropout's draws, each rank its own
     model.to(ranks.device)
@@ -219,8 +223,10 @@ def setup(cfg: TrainConfig, held: contextlib.ExitStack, permutation: Optional[Pe
     log.info("%d rank(s) of %d rows on %s; %s parameters; %s", ranks.world_size, rows, ranks.device,
              f"{sum(p.numel() for p in optimizer.parameters.values()):,}",
              "bfloat16" if cfg.run.use_bfloat16 else "float32")
-    return Run(cfg, ranks, model, distributed.wrap(model, ranks), optimizer, sources, schedule, probs, cost,
-               checkpoint.directory_settings(cfg))
+    net = distributed.wrap(model, ranks)
+    if cfg.torch_compile:  # the step's module compiled; `model` keeps the weights' names for the checkpoints
+        net = torch.compile(net)
+    return Run(cfg, ranks, model, net, optimizer, sources, schedule, probs, cost, checkpoint.directory_settings(cfg))
 
 
 def _in_tfrecords_folders(cfg: TrainConfig) -> TrainConfig:
