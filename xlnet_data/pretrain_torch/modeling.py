@@ -283,7 +283,9 @@ class XLNet(nn.Module):
         # The unshifted position scores, flattened per head: query row q against key j is entry q * rlen + column
         # (rows - p + j), p the query's position (rows - p + j may pass rlen only with attn_type "uni", where it wraps
         # into the next row exactly as _rel_shift's reshape does, on masked keys).
-        bd = _position_scores(attn, q_head, k_head_r)  # the matmul's dtype: bfloat16 under autocast, half the bytes
+        # In the matmul's dtype (bfloat16 under autocast: half the bytes); scaled here, not in score_mod, where
+        # torch.compile lifts the Python float to a tensor and fails on it under dynamic shapes.
+        bd = _position_scores(attn, q_head, k_head_r) * scale
         rlen = bd.shape[-1]
         bd = bd.flatten(2)
         rows = nq if positions is None else rlen - klen
@@ -304,7 +306,7 @@ class XLNet(nn.Module):
 
         def score_mod(score, b, h, q, j):
             p = query_position[b, q]
-            score = score + scale * bd[b, h, first[b, q] + j].to(score.dtype)
+            score = score + bd[b, h, first[b, q] + j].to(score.dtype)
             if ef is not None:
                 score = score + ef[b, h, q, other_segment[b, 0, p, j]]
             if mask is not None:
