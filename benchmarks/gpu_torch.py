@@ -439,7 +439,7 @@ def profile(shape_name, bsz, device, variant, smoke):
         for _ in range(1 if smoke else 3):
             one_step()
         synchronize(device)
-    sort = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
+    sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     print(f"\nprofile: {shape_name} {variant.name}, {bsz} rows, {1 if smoke else 3} steps, by {sort}:")
     print(prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=60), flush=True)
     report("profile", f"{shape_name} {variant.name}", "table printed above")
