@@ -20,7 +20,8 @@ Parts (--parts; each row of the table names its part), in this order, each skipp
 6. features: perm_mask and target_mapping made on the device (device_features.expand) equal to the host's, the
    time of that and of the host-to-device copy of what the host ships against the copy of host-made features.
 7. speed: steps (forward, backward, clipping, Adam) at XLNet-Base (seq 512, reuse 256, mem 384, 85 predictions,
-   bi_data, bfloat16 autocast) for each variant: eager; compiled (torch.compile); compiled + flex; + fused Adam;
+   bi_data, bfloat16 autocast) for each variant: eager; compiled (torch.compile); compiled + flex; + fused Adam
+   (torch.optim.Adam's; the others torch's foreach Adam); + the trainer's own Adam and clipping (optim.py, foreach);
    + CUDA graphs (compile mode reduce-overhead); Hugging Face's XLNetLMHeadModel compiled beside it; then at
    XLNet-Large the fastest of ours and Hugging Face's: ms/step, tokens/s, MFU (costs.train_flops, our module's model
    FLOPs, over the peak of costs.PEAK_TFLOPS by the device's name: 989 TFLOP/s for an H100 SXM or H200; Hugging
@@ -51,6 +52,7 @@ from xlnet_data.pretrain import config as C
 from xlnet_data.pretrain import costs, hf
 from xlnet_data.pretrain_torch import device_features, examples, modeling, planning, tf_checkpoint
 from xlnet_data.pretrain_torch.accumulation import forward_backward
+from xlnet_data.pretrain_torch.optim import AdamWeightDecay, clip_by_global_norm
 
 FEATURE_KEYS = ["input_k", "input_q", "seg_id", "perm_mask", "target", "target_mask", "target_mapping"]
 STORED_ATOL = {"m3_sharp": 5e-5}  # memories of m3_sharp across CPUs (../shared/README.md); 1e-5 otherwise
@@ -71,13 +73,15 @@ class Variant:
     name: str
     compile: bool = False
     attention: str = "eager"
-    fused_adam: bool = False
+    fused_adam: bool = False  # torch.optim.Adam(fused=True); else its default (foreach)
+    trainer_adam: bool = False  # the trainer's own optimiser (optim.py: the original's Adam, foreach) and clipping
     cuda_graphs: bool = False  # torch.compile(mode="reduce-overhead"): the step's kernels replayed as CUDA graphs
 
 
 VARIANTS = [Variant("eager"), Variant("compiled", compile=True),
             Variant("compiled + flex", compile=True, attention="flex"),
             Variant("compiled + flex + fused Adam", compile=True, attention="flex", fused_adam=True),
+            Variant("compiled + flex + the trainer's Adam", compile=True, attention="flex", trainer_adam=True),
             Variant("compiled + flex + fused Adam + CUDA graphs", compile=True, attention="flex", fused_adam=True,
                     cuda_graphs=True)]
 ROWS = []  # (section, what, figure) for the table
@@ -332,8 +336,27 @@ def make_step(impl, shape_name, bsz, device, bfloat16, variant=Variant("eager"),
                                 for _ in range(model_config.n_layer)]
     if variant.compile:
         forward = torch.compile(forward, mode="reduce-overhead" if variant.cuda_graphs else None)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, eps=1e-8,
-                                 **({"fused": True} if variant.fused_adam else {}))
+    if variant.trainer_adam:
+        data = C.InputConfig(seq_len=seq_len, reuse_len=reuse_len, perm_size=reuse_len, bsz_per_host=bsz,
+                             num_predict=num_predict, bi_data=True)
+        cfg = C.TrainConfig(record_info_dir="unused", model_dir="unused", model=model_config, run=run, data=data,
+                            learning_rate=1e-4, train_steps=10**6)
+        trainer_optimizer = AdamWeightDecay(dict(model.named_parameters()), cfg)
+        parameters = list(trainer_optimizer.parameters.values())
+
+        def update():
+            clip_by_global_norm(parameters, 1.0)
+            trainer_optimizer.apply()
+            for p in parameters:
+                p.grad = None
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, eps=1e-8,
+                                     **({"fused": True} if variant.fused_adam else {}))
+
+        def update():
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
     batch = random_batch(bsz, seq_len, num_predict, model_config.n_token, device, 0)
     state = {"mems": mems}
 
@@ -343,9 +366,7 @@ def make_step(impl, shape_name, bsz, device, bfloat16, variant=Variant("eager"),
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bfloat16):
             loss, new_mems = forward(batch, state["mems"])
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        update()
         # a copy: CUDA graphs' outputs are overwritten by the next replay
         state["mems"] = [mem.detach().clone() for mem in new_mems]
         state["loss"] = loss.detach().clone()
@@ -514,8 +535,8 @@ def main():
     shapes = ["smoke"] if args.smoke else ["XLNet-Base", "XLNet-Large"]
     variants = [v for v in VARIANTS if not args.smoke or not (v.compile or v.cuda_graphs)]
     if args.smoke:  # no compiling on the CPU: each variant's other settings, eager
-        variants += [Variant("flex", attention="flex"), Variant("flex + fused Adam", attention="flex",
-                                                                fused_adam=True)]
+        variants += [Variant("flex", attention="flex"), Variant("flex + fused Adam", attention="flex", fused_adam=True),
+                     Variant("flex + the trainer's Adam", attention="flex", trainer_adam=True)]
     hf_variant = Variant("eager") if args.smoke else Variant("compiled", compile=True)
     best = None
     for part in PARTS.split(","):
