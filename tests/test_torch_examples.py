@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+import torch
 from conftest import GOLDEN, ROOT, SHARED, needs_shared
 from test_cache_input import CASES, golden_config, input_config
 from test_input_pipeline import GOLDEN_INPUTS
@@ -25,6 +26,7 @@ from xlnet_data.pretrain import inputs as ip
 from xlnet_data.pretrain import layout, sources, training
 from xlnet_data.pretrain.resume import ResumedState
 from xlnet_data.pretrain_torch import data as D
+from xlnet_data.pretrain_torch import device_features
 from xlnet_data.pretrain_torch import examples as E
 
 
@@ -72,7 +74,8 @@ def test_the_examples_are_train_gpus_parsers_on_every_create_golden(case):
 @needs_shared
 @pytest.mark.parametrize("model_case", sorted(GOLDEN_INPUTS))
 def test_the_model_goldens_permutation_gives_the_originals_features(model_case):
-    """features.npz: the original input pipeline's own output for its permutation (fixed_permutation)."""
+    """features.npz: the original input pipeline's own output for its permutation (fixed_permutation), made on the
+    host and on the device."""
     golden = np.load(SHARED / "golden_model" / model_case / "features.npz")
     record_case, extra = GOLDEN_INPUTS[model_case]
     data = dataclasses.replace(input_config(golden_config(record_case, "unused")), **extra,
@@ -84,6 +87,11 @@ def test_the_model_goldens_permutation_gives_the_originals_features(model_case):
         rows = slice(step * data.bsz_per_host, (step + 1) * data.bsz_per_host)
         got = E.features(stacked(payloads[rows]), np.arange(rows.start, rows.stop), data, permutation)
         assert_same_features(got, {key: golden[f"{key}_{step}"] for key in got}, f"step {step}")
+        # and made on the device from what the trainer ships (issue 47; test_torch_device_features)
+        shipped = E.shipped(stacked(payloads[rows]), np.arange(rows.start, rows.stop), data, permutation)
+        made = device_features.on_device(shipped, torch.device("cpu"), data.num_predict)
+        assert_same_features({key: value.numpy() for key, value in made.items()}, {key: golden[f"{key}_{step}"]
+                                                                                  for key in made}, f"step {step}")
 
 
 def test_without_num_predict_the_targets_are_per_position_as_train_gpus():

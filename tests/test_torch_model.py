@@ -394,22 +394,6 @@ def test_importing_the_model_and_the_reader_imports_no_tensorflow():
 
 
 @needs_shared
-def test_the_gpu_script_runs_on_the_cpu_with_smoke_shapes():
-    """benchmarks/gpu_torch.py, which runs on the GPU machines as they are, checked here with --smoke (tiny shapes,
-    the CPU): a golden and recomputation pass, every part reports, the table comes last."""
-    result = subprocess.run([sys.executable, "benchmarks/gpu_torch.py", "--smoke", f"--goldens={SHARED / 'golden_model'}",
-                             "--cases=m2_uni_tied", "--steps=1", "--warmup=0"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600, env={"PYTHONPATH": str(ROOT),
-                                                                                         "PATH": "/usr/bin:/bin"})
-    assert result.returncode == 0, result.stderr[-3000:]
-    table = result.stdout.split("\nCPU, ")[-1].splitlines()[1:]
-    assert [line.split(":")[0].strip() for line in table] == ["goldens", "recomputation", "speed", "speed", "fit", "fit"]
-    assert "goldens: m2_uni_tied" in table[0] and "PASS" in table[0]
-    assert "PASS" in table[1]
-    assert "tokens/s" in table[2] and "pretrain_torch" in table[2] and "Hugging Face" in table[3]
-
-
-@needs_shared
 def test_bfloat16_autocast_keeps_the_loss_and_memories_in_float32(golden_models):
     """Under autocast the matmuls run in bfloat16, the softmax, the layer norms and the loss in float32: m1's loss
     within bfloat16's rounding of float32's, and float32 memories."""

@@ -2,7 +2,8 @@
 
 train_gpu's run on our PyTorch XLNet (pretrain_torch/): the same flags wherever they mean the same (train_flags.py
 defines them once: the data flags from the records, the model, the optimiser, evaluation, the plan, --dry_run,
---device_memory, --gradient_accumulation_steps, --recompute, --use_bfloat16), the same model_dir checks and
+--device_memory, --gradient_accumulation_steps, --recompute, --use_bfloat16; --device, --attention and
+--compile are its own), the same model_dir checks and
 one-line errors, on the records or a token cache; no TensorFlow is imported. Every checkpoint is a Transformers
 directory, and the model_dir itself the latest (pretrain_torch/checkpoint.py):
 
@@ -13,6 +14,7 @@ Several GPUs or machines: `torchrun --nproc_per_node=N -m xlnet_data.train_torch
 The loop is pretrain_torch/training.py; docs/pretraining-torch.md has examples.
 """
 
+import dataclasses
 import sys
 
 from absl import flags
@@ -23,17 +25,28 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-    """The training flags both trainers read (train_flags.py), and PyTorch's own: the device."""
+    """The training flags both trainers read (train_flags.py), and PyTorch's own: the device, the attention, the
+    compilation."""
+    from xlnet_data.pretrain.config import ATTENTIONS
     from xlnet_data.pretrain_torch.distributed import DEVICES
 
     train_flags.define_flags()
     flags.DEFINE_enum("device", "auto", DEVICES, "auto: each rank the GPU of its LOCAL_RANK where torch sees GPUs, "
                       "else the CPU; cpu; cuda.")
+    flags.DEFINE_enum("attention", "eager", ATTENTIONS, "eager: the attention as matmuls, a shift and a softmax (any "
+                      "device, attention dropout). flex: both streams' attention as one FlexAttention kernel each "
+                      "(the three score terms, the shift and the permutation mask fused; less memory, faster on a "
+                      "GPU): the same numbers to float rounding, needs a GPU to train (torch has no FlexAttention "
+                      "backward on the CPU) and --dropatt=0.")
+    flags.DEFINE_bool("compile", False, "torch.compile the model (its forward and backward): minutes of compiling "
+                      "at the first step (and at each new shape: the first evaluation, another "
+                      "--gradient_accumulation_steps), then faster steps on a GPU; for long runs.")
 
 
 def _train():
     started = train_flags.process_start()
     config = train_flags.config_from_flags()  # a UserError or OSError (a flag, the records) is cli.run's line
+    config = dataclasses.replace(config, attention=FLAGS.attention, torch_compile=FLAGS.compile)
     from xlnet_data.pretrain_torch import distributed, training
 
     if FLAGS.dry_run:

@@ -28,6 +28,17 @@ INITS = ("normal", "uniform")
 DECAY_METHODS = ("poly", "cos")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 JIT_COMPILE = ("auto", "on", "off")
+ATTENTIONS = ("eager", "flex")  # train_torch's attention: matmuls and a softmax, or FlexAttention's fused kernel
+
+
+def check_attention(attention: str, dropatt: float) -> None:
+    """ConfigError unless `attention` is one of ATTENTIONS and, for flex, dropatt is 0 (FlexAttention has no
+    dropout of the attention weights)."""
+    if attention not in ATTENTIONS:
+        raise ConfigError(f"--attention={attention} must be one of {', '.join(ATTENTIONS)}")
+    if attention == "flex" and dropatt:
+        raise ConfigError(f"--attention=flex has no attention dropout (FlexAttention has none): give --dropatt=0 "
+                          f"(not {dropatt:g}), or --attention=eager")
 MAX_TRAIN_STEPS = 1 << 27  # the mixing schedule holds a source index per step
 MAX_MEM_LEN = 1 << 16
 # contrib.layers.layer_norm's epsilon, which the original uses everywhere (and Transformers' XLNet too): here, without
@@ -215,6 +226,8 @@ class TrainConfig:
     recompute: bool = False  # each layer's activations recomputed in the backward pass
     device_memory: Optional[int] = None  # bytes of a replica's device to plan for (None: a GPU's own; 0: no check)
     peak_tflops: Optional[float] = None  # one device's dense peak, for the MFU (None: PEAK_TFLOPS by its name)
+    attention: str = "eager"  # train_torch: ATTENTIONS
+    torch_compile: bool = False  # train_torch: torch.compile of the model
     # The held-out loss (pretrain/evaluation.py): the records of eval_split in these comma-separated dirs (one per
     # source when mixing; "": none), eval_batches of them every eval_every steps (0: never).
     eval_record_info_dir: str = ""
@@ -256,6 +269,7 @@ class TrainConfig:
         need(self.device_memory is None or self.device_memory >= 0,
              f"device_memory={self.device_memory} must be a number of bytes (0: no check)")
         need(0 <= self.seed < 2**63, f"--seed={self.seed} must be in [0, 2**63)")
+        check_attention(self.attention, self.run.dropatt)
         need(self.mix_sampling_factor is None or 0 <= self.mix_sampling_factor < math.inf,
              f"--mix_sampling_factor={self.mix_sampling_factor} must be a finite number >= 0")
         duplicated = sorted({d for d in self.devices if self.devices.count(d) > 1})

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Optional
 
@@ -50,6 +50,8 @@ from xlnet_data.pretrain.layout import (
     tfrecords_folders,
 )
 from xlnet_data.pretrain_torch.examples import RECORD_FEATURES, PermutationFn, features, seeded_permutation
+
+MakeFn = Callable[..., dict]  # examples.features (every feature on the host) or examples.shipped (the trainer's)
 
 PREFETCH_STEPS = 2  # steps made ahead of the one the trainer reads
 
@@ -85,10 +87,11 @@ class ReplicaSource:
 
     def __init__(self, record_dir: str, cfg: TrainConfig, num_replicas: int, replica: int, *, start_step: int = 0,
                  permutation: Optional[PermutationFn] = None, resume: Optional[Position] = None,
-                 prefetch: int = PREFETCH_STEPS, workers: int = 1):
+                 prefetch: int = PREFETCH_STEPS, workers: int = 1, make: MakeFn = features):
         """start_step: the first step of the stream to read; resume: a cache-backed source's saved position (from
         position().generated) at or before start_step; prefetch: steps made ahead; workers: threads making
-        examples (the records are read in order by one more)."""
+        examples (the records are read in order by one more); make: what makes a step's examples from its records
+        (examples.features, or examples.shipped: the permutation features left for the device to make)."""
         data = cfg.data
         if not 0 <= replica < num_replicas:
             raise ValueError(f"replica {replica} of {num_replicas}")
@@ -96,6 +99,7 @@ class ReplicaSource:
         self.cfg = cfg
         self.rows = replica_rows(data.num_core_per_host, data.bsz_per_host, num_replicas, data.bi_data)[replica]
         self.permutation = permutation or seeded_permutation(cfg.seed, data.perm_size)
+        self._make = make
         self.mems: Any = None  # the trainer's memories of this stream's rows
         self.steps = 0  # steps this run took from it (the mixture line's count)
         self._step = start_step
@@ -178,7 +182,7 @@ class ReplicaSource:
         try:
             for records in self._steps_made:
                 indices = step * bsz + self.rows  # each example's index in the stream: its permutation's
-                made = self._pool.submit(features, records, indices, self.cfg.data, self.permutation)
+                made = self._pool.submit(self._make, records, indices, self.cfg.data, self.permutation)
                 if not self._put(made):
                     return
                 step += 1
@@ -197,7 +201,8 @@ class ReplicaSource:
         return False
 
     def next_batch(self) -> dict[str, np.ndarray]:
-        """This replica's features of the stream's next step (examples.features' dict, its rows in replica order)."""
+        """This replica's features of the stream's next step (the `make` function's dict, its rows in replica
+        order)."""
         if self._error is not None:  # the stream ended there: the same error again, not a wait for ever
             raise self._error
         made = self._queue.get()

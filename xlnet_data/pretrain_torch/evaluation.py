@@ -40,18 +40,14 @@ from xlnet_data.pretrain.config import TrainConfig
 from xlnet_data.pretrain.held_out import Measure
 from xlnet_data.pretrain.layout import find_records
 from xlnet_data.pretrain_torch.data import ReplicaSource, tfrecords_folders
+from xlnet_data.pretrain_torch.device_features import on_device
 from xlnet_data.pretrain_torch.distributed import Ranks, all_sum
-from xlnet_data.pretrain_torch.examples import PermutationFn
+from xlnet_data.pretrain_torch.examples import PermutationFn, shipped
 from xlnet_data.pretrain_torch.reporting import Reporter
 
 log = logging.getLogger("xlnet_data")
 
 BEST_PREFIX = "step-"  # model_dir/best/step-<N>/: the Transformers directory of the best step
-
-
-def as_tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    """A batch of data.py (numpy) on the device, for the module."""
-    return {name: torch.from_numpy(value).to(device) for name, value in batch.items()}
 
 
 class Evaluator:
@@ -76,12 +72,12 @@ class Evaluator:
         was_training = model.training
         model.eval()
         source = ReplicaSource(self.record_dir, self.cfg, self.ranks.world_size, self.ranks.rank,
-                               permutation=self.permutation)
+                               permutation=self.permutation, make=shipped)
         try:
             with torch.no_grad():
                 mems = None
                 for _ in range(self.num_batches):
-                    features = as_tensors(source.next_batch(), self.ranks.device)
+                    features = on_device(source.next_batch(), self.ranks.device, self.cfg.data.num_predict)
                     if mems is None:
                         mems = model.initial_mems(features["input_k"].shape[0], self.ranks.device)
                     out = model(features, mems)

@@ -9,7 +9,9 @@ same way, feature for feature: the same dtypes, shapes and batch-major layout (s
     without num_predict), target_mapping [n, num_predict, seq_len] float32
 
 Everything comes from each position's rank in the factorization order (`ranks`): perm_mask[b, i, j] is the
-comparison threshold_i <= rank_j of two [n, seq_len] vectors of ranks (so a device can build it from them alone).
+comparison threshold_i <= rev_index_j of two [n, seq_len] vectors of ranks, and target_mapping comes from input_q.
+The trainer ships `shipped`'s features instead (rev_index in place of perm_mask and target_mapping: seq_len ints a
+row, not seq_len + num_predict rows of seq_len floats) and the device makes the two (device_features.expand).
 
 The permutations: a PermutationFn maps (indices of examples in the stream [n] int64, part: 0 for the first
 reuse_len positions, 1 for the rest) to a permutation of range(perm_size) per example [n, perm_size].
@@ -94,11 +96,19 @@ def ranks(perms: tuple[np.ndarray, np.ndarray], config: InputConfig) -> np.ndarr
     return tables["offset"] + tables["block_start"] + perm[:, tables["perm_column"]]
 
 
-def features(records: Mapping[str, np.ndarray], indices: np.ndarray, config: InputConfig,
-             permutation: PermutationFn) -> dict[str, np.ndarray]:
-    """The training features (see the module doc) of n examples: `records` holds their int features
-    (RECORD_FEATURES: [n, seq_len] each, label [n, 1]), `indices` their indices in the stream [n] (what the
-    permutation is drawn for). TooManyPredictionsError when an example predicts more than num_predict tokens."""
+def _slots(predicted: np.ndarray):
+    """(example, position, slot) of every predicted position [n, seq_len] bool: slot k is an example's k-th."""
+    rows, positions = np.nonzero(predicted)  # row-major: each example's positions in order
+    return rows, positions, (np.cumsum(predicted, axis=1) - 1)[rows, positions]
+
+
+def shipped(records: Mapping[str, np.ndarray], indices: np.ndarray, config: InputConfig,
+            permutation: PermutationFn) -> dict[str, np.ndarray]:
+    """What the host makes and ships to the device for n examples: `features` without perm_mask and target_mapping
+    (seq_len x seq_len and num_predict x seq_len per row), and `rev_index` [n, seq_len] int32 in their place, from
+    which the device makes both (device_features.expand; seq_len ints a row). rev_index is the original's: each
+    position's rank in the factorization order where it is hidden (masked or functional), else its part's
+    smallest rank less one. TooManyPredictionsError when an example predicts more than num_predict tokens."""
     inputs = np.asarray(records["input"], dtype=np.int32)
     indices = np.asarray(indices, dtype=np.int64)
     perms = (permutation(indices, 0), permutation(indices, 1))
@@ -111,22 +121,7 @@ def features(records: Mapping[str, np.ndarray], indices: np.ndarray, config: Inp
     # others get their part's smallest: everyone sees them, and they see no hidden token of their part.
     predicted = is_masked & ~functional
     hidden = is_masked | functional
-    rev_index = np.where(hidden, index, tables["offset"] - 1)
-    # i may not attend to j when threshold_i <= rev_index_j: a predicted token's threshold is its own rank (it does
-    # not see itself), any other's its rank + 1. The rest's ranks are above the memory part's, which gives the two
-    # off-diagonal blocks (the memory part never sees the rest, the rest sees all of it) from the same comparison.
-    threshold = rev_index + 1 - predicted
-    # All ordinary tokens of a part share one threshold, so only 2 + (hidden tokens) rows of the mask differ: those
-    # are compared (90 of 512 rows on g5's records) and the mask gathered from them, a row copy each (1.9x faster
-    # than comparing every pair into float32 at seq_len 512). Row 0 / 1: the ordinary tokens of the memory part /
-    # the rest; row 2 + k: the k-th hidden token.
-    n = len(inputs)
-    row = np.where(hidden, np.cumsum(hidden, axis=1) + 1, tables["part"])
-    row_threshold = np.zeros((n, int(row.max(initial=1)) + 1), np.int32)
-    row_threshold[np.arange(n)[:, None], row] = threshold  # a row's tokens share its threshold
-    rows = np.less_equal(row_threshold[:, :, None], rev_index[:, None, :],
-                         out=np.empty((n, row_threshold.shape[1], config.seq_len), np.float32))
-    perm_mask = rows[np.arange(n)[:, None], row]
+    rev_index = np.where(hidden, index, tables["offset"] - 1).astype(np.int32)
 
     # The model's target: the next token of the previous position, each part's first position its own input.
     target = np.concatenate([np.asarray(records["target"], dtype=np.int32), inputs], axis=1)[:, tables["shift_source"]]
@@ -136,23 +131,54 @@ def features(records: Mapping[str, np.ndarray], indices: np.ndarray, config: Inp
         "input_q": input_q,
         "seg_id": np.asarray(records["seg_id"], dtype=np.int32),
         "label": np.asarray(records["label"], dtype=np.int32).reshape(len(inputs), 1),
-        "perm_mask": perm_mask,
+        "rev_index": rev_index,
     }
     if config.num_predict is None:
         return {**out, "target": target, "target_mask": input_q}
-    # The predicted positions in order, padded to num_predict: row k of target_mapping is one-hot on the k-th.
+    # The predicted positions in order, padded to num_predict.
     counts = predicted.sum(axis=1)
     if counts.size and counts.max() > config.num_predict:
         b = int(np.argmax(counts > config.num_predict))
         raise TooManyPredictionsError(
             f"example {int(indices[b])} of the stream predicts {int(counts[b])} tokens, more than "
             f"num_predict={config.num_predict}: give the num_predict the records were made with")
-    rows, positions = np.nonzero(predicted)  # row-major: each example's positions in order
-    slots = (np.cumsum(predicted, axis=1) - 1)[rows, positions]
-    target_mapping = np.zeros((len(inputs), config.num_predict, config.seq_len), np.float32)
-    target_mapping[rows, slots, positions] = 1
+    rows, positions, slots = _slots(predicted)
     predicted_target = np.zeros((len(inputs), config.num_predict), np.int32)
     predicted_target[rows, slots] = target[rows, positions]
     target_mask = np.zeros((len(inputs), config.num_predict), np.float32)
     target_mask[rows, slots] = 1
-    return {**out, "target_mapping": target_mapping, "target": predicted_target, "target_mask": target_mask}
+    return {**out, "target": predicted_target, "target_mask": target_mask}
+
+
+def features(records: Mapping[str, np.ndarray], indices: np.ndarray, config: InputConfig,
+             permutation: PermutationFn) -> dict[str, np.ndarray]:
+    """The training features (see the module doc) of n examples, all made on the host: `records` holds their int
+    features (RECORD_FEATURES: [n, seq_len] each, label [n, 1]), `indices` their indices in the stream [n] (what the
+    permutation is drawn for). TooManyPredictionsError when an example predicts more than num_predict tokens."""
+    out = shipped(records, indices, config, permutation)
+    rev_index = out.pop("rev_index")
+    tables = _tables(config)
+    predicted = out["input_q"] != 0
+    hidden = rev_index >= tables["offset"]
+    # i may not attend to j when threshold_i <= rev_index_j: a predicted token's threshold is its own rank (it does
+    # not see itself), any other's its rank + 1. The rest's ranks are above the memory part's, which gives the two
+    # off-diagonal blocks (the memory part never sees the rest, the rest sees all of it) from the same comparison.
+    threshold = rev_index + 1 - predicted
+    # All ordinary tokens of a part share one threshold, so only 2 + (hidden tokens) rows of the mask differ: those
+    # are compared (90 of 512 rows on g5's records) and the mask gathered from them, a row copy each (1.9x faster
+    # than comparing every pair into float32 at seq_len 512). Row 0 / 1: the ordinary tokens of the memory part /
+    # the rest; row 2 + k: the k-th hidden token.
+    n = len(rev_index)
+    row = np.where(hidden, np.cumsum(hidden, axis=1) + 1, tables["part"])
+    row_threshold = np.zeros((n, int(row.max(initial=1)) + 1), np.int32)
+    row_threshold[np.arange(n)[:, None], row] = threshold  # a row's tokens share its threshold
+    rows = np.less_equal(row_threshold[:, :, None], rev_index[:, None, :],
+                         out=np.empty((n, row_threshold.shape[1], config.seq_len), np.float32))
+    out["perm_mask"] = rows[np.arange(n)[:, None], row]
+    if config.num_predict is None:
+        return out
+    # Row k of target_mapping is one-hot on the k-th predicted position.
+    examples, positions, slots = _slots(predicted)
+    target_mapping = np.zeros((n, config.num_predict, config.seq_len), np.float32)
+    target_mapping[examples, slots, positions] = 1
+    return {**out, "target_mapping": target_mapping}

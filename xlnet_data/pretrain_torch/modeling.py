@@ -21,6 +21,15 @@ of the work. Under `torch.autocast(dtype=torch.bfloat16)` the matmuls run in bfl
 layer norms and the loss in float32. `recompute=True`: each layer's activations recomputed in the backward pass
 (torch.utils.checkpoint, which replays the layer's dropout masks). No data-dependent Python branch runs in the step,
 so torch.compile traces it whole.
+
+`attention="flex"`: both streams' attention through FlexAttention (torch.nn.attention.flex_attention), one fused
+kernel per stream on a GPU (compiled to Triton) instead of the scores, the shift, the masks and the softmax as separate
+tensors: the content term is the kernel's own q.k (queries + r_w_bias), and its score_mod adds the other two as
+lookups by (row, query, key): the position term from the unshifted scores against the relative positions (the shift
+is the lookup's index), the segment term from the two scores per query by whether the key is in another segment; the
+mask subtracts 1e30 as the eager path does (a fully masked row gets uniform weights, as the original's). Memories are
+the first mlen keys. No dropout of the attention weights (FlexAttention has none): dropatt must be 0. torch has no
+FlexAttention backward on the CPU (training with it needs a GPU); its forward runs there, unfused.
 """
 
 from __future__ import annotations
@@ -31,10 +40,11 @@ from typing import NamedTuple, Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention.flex_attention import flex_attention
 from torch.utils.checkpoint import checkpoint
 
 from xlnet_data.common.errors import ConfigError
-from xlnet_data.pretrain.config import LAYER_NORM_EPSILON, RunConfig, XLNetConfig
+from xlnet_data.pretrain.config import LAYER_NORM_EPSILON, RunConfig, XLNetConfig, check_attention
 
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
@@ -122,6 +132,34 @@ def _rel_shift_rows(x: Tensor, positions: Tensor, klen: int) -> Tensor:
     return torch.gather(x, -1, columns.expand(*x.shape[:-1], klen))
 
 
+def _position_scores(attn: RelativeAttention, q_head: Tensor, k_head_r: Tensor) -> Tensor:
+    """The position term before the shift: (q_head + r_r_bias) against the relative positions' keys, [bsz, n_head,
+    len(q_head), rlen]; with bi_data the forward half of the batch against direction 0, the backward half against 1."""
+    q_r = q_head + attn.r_r_bias[:, None]
+    if k_head_r.shape[0] == 1:
+        return torch.matmul(q_r, k_head_r[0].transpose(-1, -2))
+    return torch.matmul(q_r.unflatten(0, (2, -1)), k_head_r[:, None].transpose(-1, -2)).flatten(0, 1)
+
+
+def _segment_scores(attn: RelativeAttention, q_head: Tensor) -> Tensor:
+    """The segment term's two scores per query, [..., len(q_head), 2]: against the same segment, another."""
+    return torch.matmul(q_head + attn.r_s_bias[:, None], attn.seg_embed.permute(1, 2, 0))
+
+
+_compiled_flex = None
+
+
+def _flex(query: Tensor, key: Tensor, value: Tensor, score_mod, scale: float) -> Tensor:
+    """flex_attention, compiled on a GPU where the caller is not (compiled, it is one fused kernel; eager, torch's
+    unfused reference, which is what runs on the CPU)."""
+    global _compiled_flex
+    if query.is_cuda and not torch.compiler.is_compiling():
+        if _compiled_flex is None:
+            _compiled_flex = torch.compile(flex_attention, dynamic=False)
+        return _compiled_flex(query, key, value, score_mod=score_mod, scale=scale)
+    return flex_attention(query, key, value, score_mod=score_mod, scale=scale)
+
+
 def _rows_at(mask: Tensor, positions: Tensor) -> Tensor:
     """Rows `positions` [bsz, num_predict] of a [bsz or 1, 1, qlen, klen] mask: [bsz, 1, num_predict, klen]."""
     bsz, num_predict = positions.shape
@@ -176,11 +214,13 @@ def attention_masks(perm_mask: Optional[Tensor], qlen: int, mlen: int, run: RunC
 class XLNet(nn.Module):
     """XLNet with the permutation-LM head; parameters named as Transformers' XLNetLMHeadModel's."""
 
-    def __init__(self, model: XLNetConfig, run: RunConfig, recompute: bool = False):
+    def __init__(self, model: XLNetConfig, run: RunConfig, recompute: bool = False, attention: str = "eager"):
         super().__init__()
+        check_attention(attention, run.dropatt)
         self.config = model
         self.run = run
         self.recompute = recompute
+        self.attention = attention
         self.transformer = Transformer(model)
         self.lm_loss = nn.Linear(model.d_model, model.n_token)
         self.lm_loss.weight = self.transformer.word_embedding.weight  # tied, as the original's LM head
@@ -207,13 +247,11 @@ class XLNet(nn.Module):
         d_head] (the queries at `positions` [bsz, num_predict] when given), k/v_head_h [bsz, n_head, klen, d_head],
         k_head_r [n_dir, n_head, rlen, d_head], seg_mat [bsz, 1, qlen, klen] (1: other segment), mask [bsz or 1,
         1, qlen, klen] (1: may not attend). Returns [bsz, n_head, len(q_head), d_head]."""
+        if self.attention == "flex":
+            return self._flex_attention(attn, q_head, k_head_h, v_head_h, k_head_r, seg_mat, mask, positions)
         klen = k_head_h.shape[2]
         ac = torch.matmul(q_head + attn.r_w_bias[:, None], k_head_h.transpose(-1, -2))
-        q_r = q_head + attn.r_r_bias[:, None]
-        if k_head_r.shape[0] == 1:
-            bd = torch.matmul(q_r, k_head_r[0].transpose(-1, -2))
-        else:  # bi_data: the forward half of the batch against direction 0, the backward half against 1
-            bd = torch.matmul(q_r.unflatten(0, (2, -1)), k_head_r[:, None].transpose(-1, -2)).flatten(0, 1)
+        bd = _position_scores(attn, q_head, k_head_r)
         if positions is None:
             bd = _rel_shift(bd, klen)
         else:
@@ -223,7 +261,7 @@ class XLNet(nn.Module):
         score = ac + bd
         if seg_mat is not None:
             # The original's einsum with a one-hot seg_mat, as same + seg_mat * (other - same).
-            ef = torch.matmul(q_head + attn.r_s_bias[:, None], attn.seg_embed.permute(1, 2, 0))  # [.., qlen, 2]
+            ef = _segment_scores(attn, q_head)
             same, other = ef[..., :1], ef[..., 1:]
             score = score + same + seg_mat * (other - same)
         # The softmax (and the masking) in float32 even under bfloat16; 1e30 subtracted, not a fill, as the
@@ -234,6 +272,51 @@ class XLNet(nn.Module):
         prob = torch.softmax(score, -1).to(v_head_h.dtype)
         prob = self._dropout(prob, self.run.dropatt)
         return torch.matmul(prob, v_head_h)
+
+    def _flex_attention(self, attn: RelativeAttention, q_head: Tensor, k_head_h: Tensor, v_head_h: Tensor,
+                        k_head_r: Tensor, seg_mat: Optional[Tensor], mask: Optional[Tensor],
+                        positions: Optional[Tensor]) -> Tensor:
+        """_attention's scores, shift, masks and softmax in one FlexAttention call (see the module doc)."""
+        bsz, _, nq, _ = q_head.shape
+        klen = k_head_h.shape[2]
+        scale = 1 / self.config.d_head ** 0.5
+        # The unshifted position scores, flattened per head: query row q against key j is entry q * rlen + column
+        # (rows - p + j), p the query's position (rows - p + j may pass rlen only with attn_type "uni", where it wraps
+        # into the next row exactly as _rel_shift's reshape does, on masked keys).
+        # In the matmul's dtype (bfloat16 under autocast: half the bytes); scaled here, not in score_mod, where
+        # torch.compile lifts the Python float to a tensor and fails on it under dynamic shapes.
+        bd = _position_scores(attn, q_head, k_head_r) * scale
+        rlen = bd.shape[-1]
+        bd = bd.flatten(2)
+        rows = nq if positions is None else rlen - klen
+        query_position = (positions if positions is not None
+                          else torch.arange(nq, device=q_head.device).expand(bsz, nq))
+        first = torch.arange(nq, device=q_head.device) * rlen + rows - query_position  # [bsz, nq]
+        ef = other_segment = None
+        if seg_mat is not None:
+            ef = _at_least_float32(_segment_scores(attn, q_head)) * scale  # [bsz, n_head, nq, 2]
+            other_segment = seg_mat.to(torch.int64)
+        blind = None
+        if mask is not None:
+            # A row that may attend to no key: the eager path's scores are all -1e30 there (float32 absorbs the
+            # rest), so its weights are uniform. Scores of 0 give the same weights here, and a log-sum-exp the
+            # backward pass can use (that of -1e30 + log(klen) is -1e30: weights of 1 each).
+            blind = mask.amin(-1)  # [bsz or 1, 1, qlen]
+            mask_batch = mask.shape[0] > 1
+
+        def score_mod(score, b, h, q, j):
+            p = query_position[b, q]
+            score = score + bd[b, h, first[b, q] + j].to(score.dtype)
+            if ef is not None:
+                score = score + ef[b, h, q, other_segment[b, 0, p, j]]
+            if mask is not None:
+                row = b if mask_batch else 0
+                score = torch.where(blind[row, 0, p] > 0, 0.0, score - 1e30 * mask[row, 0, p, j])
+            return score
+
+        dtype = v_head_h.dtype  # the content term's queries as the eager matmul takes them (bfloat16 under autocast)
+        query = (q_head + attn.r_w_bias[:, None]).to(dtype)
+        return _flex(query, k_head_h.to(dtype), v_head_h, score_mod, scale)
 
     def _post_attention(self, attn: RelativeAttention, h: Tensor, attn_vec: Tensor) -> Tensor:
         """attn_vec [bsz, n_head, len, d_head] -> [bsz, len, d_model], dropout, residual, layer norm."""

@@ -44,27 +44,45 @@ class AdamWeightDecay:
     @torch.no_grad()
     def apply(self) -> float:
         """One update of every parameter from its .grad (already averaged over replicas and clipped); returns
-        the scheduled rate it used."""
+        the scheduled rate it used. Each operation runs over every tensor at once (torch._foreach_*: a few kernels a
+        step instead of a dozen per tensor, about 2,500 at XLNet-Base), the same arithmetic element by element."""
         lr = learning_rate(self.step, self.cfg)
         t = self.step + 1
-        # tf.train.AdamOptimizer: alpha = lr * sqrt(1 - beta2^t) / (1 - beta1^t) (its fused kernel's form)
-        alpha = lr * (1 - BETA_2 ** t) ** 0.5 / (1 - BETA_1 ** t)
+        names = [name for name, p in self.parameters.items() if p.grad is not None]
+        params = [self.parameters[name] for name in names]
+        grads = [p.grad for p in params]
+        ms, vs = [self.m[name] for name in names], [self.v[name] for name in names]
         eps = self.cfg.adam_epsilon
-        for name, p in self.parameters.items():
-            grad, m, v = p.grad, self.m[name], self.v[name]
-            if grad is None:
-                continue
-            if self.cfg.weight_decay == 0:
-                m.add_((grad - m) * (1 - BETA_1))
-                v.add_((grad * grad - v) * (1 - BETA_2))
-                p.sub_(m * alpha / (v.sqrt() + eps))
-            else:
-                m.mul_(BETA_1).add_(grad, alpha=1 - BETA_1)
-                v.mul_(BETA_2).add_(grad * grad, alpha=1 - BETA_2)
-                update = m / (v.sqrt() + eps)
-                if self.decay[name]:
-                    update = update + self.decay[name] * p
-                p.sub_(lr * update)
+        if self.cfg.weight_decay == 0:
+            # tf.train.AdamOptimizer: alpha = lr * sqrt(1 - beta2^t) / (1 - beta1^t) (its fused kernel's form);
+            # m += (g - m) * (1 - beta1), v += (g * g - v) * (1 - beta2), p -= m * alpha / (sqrt(v) + eps)
+            alpha = lr * (1 - BETA_2 ** t) ** 0.5 / (1 - BETA_1 ** t)
+            step_m = torch._foreach_sub(grads, ms)
+            torch._foreach_mul_(step_m, 1 - BETA_1)
+            torch._foreach_add_(ms, step_m)
+            step_v = torch._foreach_mul(grads, grads)
+            torch._foreach_sub_(step_v, vs)
+            torch._foreach_mul_(step_v, 1 - BETA_2)
+            torch._foreach_add_(vs, step_v)
+            denominator = torch._foreach_sqrt(vs)
+            torch._foreach_add_(denominator, eps)
+            update = torch._foreach_mul(ms, alpha)
+            torch._foreach_div_(update, denominator)
+            torch._foreach_sub_(params, update)
+        else:  # the original's AdamWeightDecayOptimizer: no bias correction, the decay added to the update
+            torch._foreach_mul_(ms, BETA_1)
+            torch._foreach_add_(ms, grads, alpha=1 - BETA_1)
+            torch._foreach_mul_(vs, BETA_2)
+            torch._foreach_add_(vs, torch._foreach_mul(grads, grads), alpha=1 - BETA_2)
+            denominator = torch._foreach_sqrt(vs)
+            torch._foreach_add_(denominator, eps)
+            update = torch._foreach_div(ms, denominator)
+            decayed = [i for i, name in enumerate(names) if self.decay[name]]
+            if decayed:
+                torch._foreach_add_([update[i] for i in decayed],
+                                    torch._foreach_mul([params[i] for i in decayed],
+                                                       [self.decay[names[i]] for i in decayed]))
+            torch._foreach_sub_(params, torch._foreach_mul(update, lr))
         self.step += 1
         return lr
 

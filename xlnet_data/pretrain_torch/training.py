@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from xlnet_data.common import run_lock, stopping
+from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import save_dir_lock
 from xlnet_data.dataformat.examples.generated import Position
 from xlnet_data.dataformat.record_reader import RecordError
@@ -45,8 +46,9 @@ from xlnet_data.pretrain.model_dir import check_model_dir, check_same_sources, c
 from xlnet_data.pretrain_torch import checkpoint, distributed, planning
 from xlnet_data.pretrain_torch.accumulation import forward_backward
 from xlnet_data.pretrain_torch.data import ReplicaSource, SourcePosition, open_sources, tfrecords_folders
+from xlnet_data.pretrain_torch.device_features import on_device
 from xlnet_data.pretrain_torch.evaluation import Evaluator, HeldOut
-from xlnet_data.pretrain_torch.examples import PermutationFn
+from xlnet_data.pretrain_torch.examples import PermutationFn, shipped
 from xlnet_data.pretrain_torch.modeling import XLNet, init_weights
 from xlnet_data.pretrain_torch.optim import AdamWeightDecay, clip_by_global_norm
 from xlnet_data.pretrain_torch.reporting import Reporter, check_losses
@@ -74,7 +76,7 @@ class Run:
     cfg: TrainConfig
     ranks: distributed.Ranks
     model: XLNet  # the module (its state_dict is the checkpoint's)
-    net: torch.nn.Module  # the module under DDP with several ranks
+    net: torch.nn.Module  # the module under DDP with several ranks, compiled with --compile
     optimizer: AdamWeightDecay
     sources: list[ReplicaSource]
     schedule: np.ndarray  # the source of every step
@@ -96,7 +98,7 @@ class Run:
         """One update: (this rank's share of the step's loss, the gradient norm before clipping, the learning
         rate)."""
         source = self.sources[self.schedule[self.step]]
-        batch = {name: torch.from_numpy(value).to(self.ranks.device) for name, value in source.next_batch().items()}
+        batch = on_device(source.next_batch(), self.ranks.device, self.cfg.data.num_predict)
         no_sync = getattr(self.net, "no_sync", contextlib.nullcontext)
         num_targets = None  # one rank: its own count
         if self.ranks.distributed:  # the step's count over the ranks: their shares sum to one rank's mean
@@ -176,6 +178,9 @@ def setup(cfg: TrainConfig, held: contextlib.ExitStack, permutation: Optional[Pe
     the plan, model_dir's lock, its xlnet_config.json and run_config.json, the checkpoint it resumes from or
     --init_checkpoint. `writes` False (the dry run): model_dir is only checked, never locked or written."""
     ranks = distributed.start(device)
+    if cfg.attention == "flex" and ranks.device.type == "cpu":
+        raise ConfigError("--attention=flex trains on a GPU only (torch has no FlexAttention backward on the CPU): "
+                          "give --attention=eager")
     # Full float32 matmuls on GPUs unless --tf32 (TF32 keeps 10 bits of mantissa: about 1e-3 off the original).
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
     check_records(cfg)
@@ -188,7 +193,7 @@ def setup(cfg: TrainConfig, held: contextlib.ExitStack, permutation: Optional[Pe
     elif ranks.chief:  # one writer per model_dir: a second run on it stops here (FolderBusy)
         held.enter_context(run_lock.hold(cfg.model_dir, MODEL_DIR_LOCK))
     check_model_dir(cfg, ranks.chief, trained=latest is not None, write=writes)
-    model = XLNet(cfg.model, cfg.run, recompute=cfg.recompute)
+    model = XLNet(cfg.model, cfg.run, recompute=cfg.recompute, attention=cfg.attention)
     init_weights(model, cfg.run, torch.Generator().manual_seed(cfg.seed))
     torch.manual_seed(cfg.seed + ranks.rank)  # dropout's draws, each rank its own
     model.to(ranks.device)
@@ -209,7 +214,8 @@ def setup(cfg: TrainConfig, held: contextlib.ExitStack, permutation: Optional[Pe
                                else os.path.dirname(cfg.init_checkpoint) or ".", cfg)
         log.info("model initialised from %s", checkpoint.initialise(model, cfg.init_checkpoint))
     distributed.check_same_start(optimizer.step, ranks, cfg.model_dir)
-    sources, schedule, probs = open_sources(cfg, ranks.world_size, ranks.rank, optimizer.step, permutation, positions)
+    sources, schedule, probs = open_sources(cfg, ranks.world_size, ranks.rank, optimizer.step, permutation, positions,
+                                            make=shipped)  # perm_mask and target_mapping made on the device
     rows = sources[0].rows.size
     for i, source in enumerate(sources):
         source.mems = ([mem.to(ranks.device) for mem in mems[i]] if mems and mems[i] is not None
@@ -217,8 +223,10 @@ def setup(cfg: TrainConfig, held: contextlib.ExitStack, permutation: Optional[Pe
     log.info("%d rank(s) of %d rows on %s; %s parameters; %s", ranks.world_size, rows, ranks.device,
              f"{sum(p.numel() for p in optimizer.parameters.values()):,}",
              "bfloat16" if cfg.run.use_bfloat16 else "float32")
-    return Run(cfg, ranks, model, distributed.wrap(model, ranks), optimizer, sources, schedule, probs, cost,
-               checkpoint.directory_settings(cfg))
+    net = distributed.wrap(model, ranks)
+    if cfg.torch_compile:  # the step's module compiled; `model` keeps the weights' names for the checkpoints
+        net = torch.compile(net)
+    return Run(cfg, ranks, model, net, optimizer, sources, schedule, probs, cost, checkpoint.directory_settings(cfg))
 
 
 def _in_tfrecords_folders(cfg: TrainConfig) -> TrainConfig:
