@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 from conftest import SAMPLE_CORPUS, SHARED, XLNET_SPM, needs_shared, read_save_dir
+from fuzz_files import boundscheck_cache
 
 from xlnet_data.dataformat import spm_model
 from xlnet_data.datagen import encoder_check, spm_normalize, tokenizer, unigram
@@ -165,7 +166,8 @@ print("checked")
 
 def test_the_compiled_text_code_reads_and_writes_nothing_out_of_bounds(sample_spm, tmp_path):
     """numba checks no index unless asked: the read check, the text step, the normaliser and Viterbi run here with
-    NUMBA_BOUNDSCHECK=1 (compiled afresh), on a model with a charsmap and on one without (the identity rule:
+    NUMBA_BOUNDSCHECK=1 (in the bounds-checked code's own numba cache, fuzz_files.boundscheck_cache, kept between
+    runs), on a model with a charsmap and on one without (the identity rule:
     its empty table was one unit, which every walk read far past, found so on 2026-12-04)."""
     writer = io.BytesIO()
     spm.SentencePieceTrainer.train(input=str(SAMPLE_TEXT), model_writer=writer, vocab_size=300, num_threads=1,
@@ -173,7 +175,7 @@ def test_the_compiled_text_code_reads_and_writes_nothing_out_of_bounds(sample_sp
     identity = tmp_path / "identity.model"
     identity.write_bytes(writer.getvalue())
     models = [str(identity), str(sample_spm)] + ([str(XLNET_SPM)] if XLNET_SPM.is_file() else [])
-    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=boundscheck_cache())
     result = subprocess.run([sys.executable, "-c", BOUNDS_CHECKED, str(Path(__file__).parent), str(SEED), *models],
                             env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and "checked" in result.stdout, f"UNIGRAM_SEED={SEED}: {result.stderr[-3000:]}"
