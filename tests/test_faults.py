@@ -157,8 +157,10 @@ def kill_between_units(process, tfrecords, timeout=600):
 
 def test_sigkill_leaves_nothing_training_would_read_and_a_rerun_completes_it(tmp_path, sample_spm):
     corpus = tmp_path / "in"
-    for i in range(2):  # small: the kill lands between units by holding the run still, not by its length
-        write(corpus / f"part{i}.txt", "".join(p.read_text() for p in sorted(SAMPLE_CORPUS.glob("*.txt"))))
+    books = sorted(SAMPLE_CORPUS.glob("*.txt"))
+    for i in range(2):  # small: the kill lands between units by holding the run still, not by its length (three
+        # books a file: a unit still writes for tens of ms, longer than the 20 ms kill_between_units lets it run)
+        write(corpus / f"part{i}.txt", "".join(p.read_text() for p in books[3 * i:3 * i + 3]))
     args = [f"--input_glob={corpus}/*.txt", f"--sp_path={sample_spm}", "--seq_len=64", "--reuse_len=32",
             "--bsz_per_host=4", "--num_predict=10", "--use_tpu=False", "--num_passes=4", "--num_workers=1"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
