@@ -130,8 +130,9 @@ def test_rerun_skips_complete_units_overwrite_redoes_and_other_flags_are_refused
 
 
 def _stopped(pid):
+    """Stopped, or ended (a zombie never stops: the wait for it would never end)."""
     with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] in "tT"
+        return stat.read().rsplit(")", 1)[1].split()[0] in "tTZ"
 
 
 def kill_between_units(process, tfrecords, timeout=600):
