@@ -76,6 +76,7 @@ def local_dir(tmp_path_factory):
     return save_dir
 
 
+@pytest.mark.slow
 @needs_beam
 @needs_shared
 def test_direct_runner_writes_the_local_runners_records(local_dir, tmp_path):

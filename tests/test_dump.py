@@ -306,6 +306,7 @@ def _assert_one_line_error(res, path, index):
     return errors[0]
 
 
+@pytest.mark.slow
 @needs_shared
 def test_corrupt_files_end_with_one_line_error(tf, tmp_path):
     data = gzip.decompress(g1_file().read_bytes())

@@ -156,6 +156,7 @@ def kill_between_units(process, tfrecords, timeout=600):
     raise AssertionError("create was never seen writing a unit after its first")
 
 
+@pytest.mark.slow
 def test_sigkill_leaves_nothing_training_would_read_and_a_rerun_completes_it(tmp_path, sample_spm):
     corpus = tmp_path / "in"
     books = sorted(SAMPLE_CORPUS.glob("*.txt"))
@@ -201,6 +202,7 @@ file_strategy = st.one_of(st.binary(max_size=400), st.lists(line_strategy, max_s
     lambda lines: "\n".join(lines).encode("utf-8", errors="surrogatepass")))
 
 
+@pytest.mark.slow  # 25 create runs
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(files=st.lists(file_strategy, min_size=1, max_size=3), from_raw_text=st.booleans(), use_eod=st.booleans(),
        bi_data=st.booleans())

@@ -37,6 +37,7 @@ def cache_backed(sample_spm, tmp_path_factory):
     return str(save_dir)
 
 
+@pytest.mark.slow  # numba code compiled with bounds checks (minutes on a cold cache), 700 mutants
 @pytest.mark.parametrize("boundscheck", [1, 0])
 def test_mutated_charsmaps_and_token_caches_are_refused_in_one_line_or_read(cache_backed, sample_spm, tmp_path,
                                                                             boundscheck):

@@ -193,6 +193,7 @@ def test_cli_trains_and_reports(tmp_path):
     assert vocab.special_id_mismatches(spm.SentencePieceProcessor(model_file=f"{prefix}.model")) == []
 
 
+@pytest.mark.slow
 def test_the_same_training_twice_writes_the_same_model_and_another_one_in_its_place_is_said(tmp_path, caplog):
     """SentencePiece records the prefix it wrote to, a temporary one: the model names its real prefix instead, so
     that its sha256 (which create, train_gpu and dump check) is the same for the same training."""
@@ -267,6 +268,7 @@ def _japanese_like(lines, seed=0):
             for _ in range(lines)]
 
 
+@pytest.mark.slow
 def test_vocabulary_advice_followed_settles_on_japanese_text(tmp_path):
     """The advice counts only the pieces the vocabulary size decides: on Japanese-like text, 4000 -> about 2000
     -> no warning. Counting the rare single kanji too (which every size keeps), the 2000 model had 548 rare
@@ -313,6 +315,7 @@ def _command_flags(text, module):
     return dict(re.findall(r"--(\w+)=(\S+)", command.split("#")[0]))
 
 
+@pytest.mark.slow
 def test_the_readme_path_and_the_demo_train_without_a_rare_piece_warning(tmp_path):
     """A newcomer's first runs, with the project's own settings: the README's Austen path (prepare, then spm_train)
     and bin/demo's spm_train give no rare-piece warning (they did: 14% of 2000 pieces and 33% of 4000)."""

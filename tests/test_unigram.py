@@ -164,6 +164,7 @@ print("checked")
 """
 
 
+@pytest.mark.slow  # numba code compiled with bounds checks
 def test_the_compiled_text_code_reads_and_writes_nothing_out_of_bounds(sample_spm, tmp_path):
     """numba checks no index unless asked: the read check, the text step, the normaliser and Viterbi run here with
     NUMBA_BOUNDSCHECK=1 (in the bounds-checked code's own numba cache, fuzz_files.boundscheck_cache, kept between
