@@ -41,6 +41,7 @@ def test_invalid_flags_stop_before_writing(tmp_path, overrides, fragments):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_model_without_xlnet_special_ids_is_refused(tmp_path):
     import sentencepiece as spm
     spm.SentencePieceTrainer.train(input=SAMPLE_GLOB.replace("*.txt", "austen_emma.txt"),

@@ -142,6 +142,7 @@ def test_a_second_create_on_a_busy_save_dir_is_refused_naming_the_holder(tmp_pat
     assert temporaries(save_dir) == []
 
 
+@pytest.mark.slow
 def test_the_lock_dies_with_its_process_and_a_rerun_removes_the_dead_runs_temporaries(tmp_path, big_corpus,
                                                                                     sample_spm, whole_run):
     save_dir = tmp_path / "out"
@@ -183,6 +184,7 @@ def test_a_run_killed_mid_encode_is_told_of_by_the_next_which_makes_the_same_rec
     assert_same_records(whole_run, save_dir)
 
 
+@pytest.mark.slow
 def test_temporaries_that_are_not_a_save_dir_output_are_left_alone(tmp_path, sample_spm):
     save_dir = tmp_path / "out"
     (save_dir / "tfrecords").mkdir(parents=True)
@@ -340,6 +342,7 @@ def test_a_full_disk_names_the_file_leaves_no_temporary_and_a_rerun_completes(tm
     assert_same_records(tmp_path / "whole", save_dir)
 
 
+@pytest.mark.slow
 def test_an_unwritable_save_dir_is_one_line_naming_it(tmp_path, sample_spm):
     if os.geteuid() == 0:
         target = tmp_path / "file"  # root writes everywhere: use a save_dir below a plain file instead
@@ -384,6 +387,7 @@ PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10\x00\x00\x00\x10\x08
        + bytes(range(256)) * 20)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, data, message", [
     ("image.png", PNG, "image.png:3: a NUL byte: this is not a text file"),  # after the signature's line breaks
     ("random.bin", bytes((i * 7919 + 13) % 128 + 128 for i in range(5000)),

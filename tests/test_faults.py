@@ -43,6 +43,7 @@ def write(path, data):
 SENTENCES = "".join(f"Sentence number {i} tells a short story.\n" for i in range(200))
 
 
+@pytest.mark.slow
 def test_invalid_utf8_is_replaced_and_counted_or_fatal_with_strict(tmp_path, sample_spm):
     write(tmp_path / "in" / "a.txt", SENTENCES.encode() + b"bad \xff\xfe bytes\n" + SENTENCES.encode())
     result = create(tmp_path, sample_spm, tmp_path / "in" / "*.txt")
@@ -99,6 +100,7 @@ def test_a_corpus_too_small_for_one_batch_writes_nothing_and_says_so(tmp_path, s
     assert outputs(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_glob_matching_a_directory_or_dangling_link_stops(tmp_path, sample_spm):
     write(tmp_path / "in" / "a.txt", SENTENCES)
     (tmp_path / "in" / "dir.txt").mkdir()
@@ -112,6 +114,7 @@ def test_a_glob_matching_a_directory_or_dangling_link_stops(tmp_path, sample_spm
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_rerun_skips_complete_units_overwrite_redoes_and_other_flags_are_refused(tmp_path, sample_spm):
     glob = SAMPLE_CORPUS / "austen_emma.txt"
     first = create(tmp_path, sample_spm, glob, "--num_passes=2")

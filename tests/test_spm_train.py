@@ -57,6 +57,7 @@ def test_sample_corpus_is_in_xlnet_input_format():
     assert 300_000 <= total <= 600_000
 
 
+@pytest.mark.slow
 def test_special_ids_are_xlnets(model_path):
     sp = spm.SentencePieceProcessor(model_file=model_path)
     assert sp.get_piece_size() == 1000
@@ -98,6 +99,7 @@ def test_model_with_wrong_special_ids_is_reported(tmp_path):
         vocab.load_sentencepiece(prefix + ".model")
 
 
+@pytest.mark.slow
 def test_too_large_vocab_names_the_largest_that_works(tmp_path):
     config = tokenizer.SpmTrainConfig(input_files=CORPUS_FILES[:1], model_prefix=str(tmp_path / "big"),
                                       vocab_size=32000, num_threads=2)
@@ -183,6 +185,7 @@ def test_cli_no_matching_input_fails_with_one_line(tmp_path):
     assert not os.path.exists(tmp_path / "m.model")
 
 
+@pytest.mark.slow
 def test_cli_trains_and_reports(tmp_path):
     prefix = tmp_path / "out" / "cli"
     result = _cli(f"--input={CORPUS_FILES[0]},{CORPUS_FILES[-1]}", f"--model_prefix={prefix}",
@@ -220,6 +223,7 @@ def test_cli_help_explains_each_flag():
         assert f"--{flag}:" in result.stdout or f"--[no]{flag}:" in result.stdout, flag
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_stops_training_at_once_with_one_line_and_leaves_nothing(tmp_path, signum):
     rng = random.Random(0)

@@ -147,6 +147,7 @@ def test_multi_pass_runs_are_identical_for_any_number_of_workers(one_worker, tmp
     assert not (tmp_path / "token_cache").exists()
 
 
+@pytest.mark.slow
 @needs_beam
 @needs_shared
 def test_multi_pass_run_on_beams_direct_runner_is_identical(one_worker, tmp_path):

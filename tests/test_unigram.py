@@ -117,11 +117,13 @@ def test_fuzz_xlnet_model():
     fuzz(XLNET_SPM, 0)
 
 
+@pytest.mark.slow
 def test_fuzz_spm_train_models(sample_spm, multiscript_spm):
     fuzz(sample_spm, 1)
     fuzz(multiscript_spm, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [
     dict(normalization_rule_name="identity", add_dummy_prefix=False, remove_extra_whitespaces=False),
     dict(normalization_rule_name="nfkc_cf", split_digits=True),
@@ -272,6 +274,7 @@ def test_the_books_line_by_line():
         assert differences(encoder, sp, texts) == []
 
 
+@pytest.mark.slow
 def test_unsupported_model_falls_back_in_one_line(bpe_spm, caplog, tmp_path):
     sp = spm.SentencePieceProcessor(model_file=bpe_spm)
     encoder_check._SAID.clear()
