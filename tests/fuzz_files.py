@@ -35,6 +35,14 @@ PALETTE = [-1, 0, 1, 2, 3, 7, 8, 255, 1 << 16, 2 ** 31 - 1, 2 ** 31, 2 ** 32, 10
            None, 1.5, True, [], {}, "<u2", "<i4", "<i8", "|u1"]
 
 
+def boundscheck_cache():
+    """numba's cache for code compiled with bounds checks (NUMBA_BOUNDSCHECK=1): apart from the usual one (numba's
+    cache does not key on the setting), kept between runs, and shared by test_fuzz_files and test_unigram's
+    bounds test (the normaliser and the line reader compiled once for both)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "xlnet-data", "numba-boundscheck")
+
+
 # ---------------------------------------------------------------------------------------------------- charsmaps
 
 def mutate_charsmap(charsmap: bytes, rng: random.Random):

@@ -55,6 +55,7 @@ def test_without_beam_runner_beam_says_how_to_install_it(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @needs_beam
 @pytest.mark.parametrize("beam_flags, fragments", [
     (["--beam_runner=NoSuchRunner"], ["--beam_runner=NoSuchRunner", "Unexpected pipeline runner"]),
@@ -76,6 +77,7 @@ def local_dir(tmp_path_factory):
     return save_dir
 
 
+@pytest.mark.slow
 @needs_beam
 @needs_shared
 def test_direct_runner_writes_the_local_runners_records(local_dir, tmp_path):
@@ -86,6 +88,7 @@ def test_direct_runner_writes_the_local_runners_records(local_dir, tmp_path):
     assert json.loads(corpus_info) == json.loads((local_dir / "corpus_info.json").read_text())
 
 
+@pytest.mark.slow
 @needs_beam
 @needs_shared
 def test_failed_unit_leaves_nothing_and_a_rerun_does_only_the_missing_units(local_dir, tmp_path, monkeypatch):

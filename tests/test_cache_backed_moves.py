@@ -116,6 +116,7 @@ def other_model(made):
         vocab_size=1000, num_threads=1, uncased=True))
 
 
+@pytest.mark.slow
 def test_another_model_of_the_same_size_is_refused_for_records_and_for_a_cache(made, other_model):
     home = made[0]
     with pytest.raises(InspectionError, match=r"^--sp_path=.*other.model is not the SentencePiece model the records "

@@ -41,6 +41,7 @@ def test_invalid_flags_stop_before_writing(tmp_path, overrides, fragments):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_model_without_xlnet_special_ids_is_refused(tmp_path):
     import sentencepiece as spm
     spm.SentencePieceTrainer.train(input=SAMPLE_GLOB.replace("*.txt", "austen_emma.txt"),
@@ -50,6 +51,7 @@ def test_model_without_xlnet_special_ids_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @needs_shared
 def test_reuse_len_other_than_half_is_supported(tmp_path):
     """The original asserts reuse_len == seq_len/2; we split num_predict over the two parts as usual."""

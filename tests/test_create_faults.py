@@ -121,6 +121,7 @@ def whole_run(big_corpus, sample_spm, tmp_path_factory):
 
 # ---- one run per save_dir ----
 
+@pytest.mark.slow
 def test_a_second_create_on_a_busy_save_dir_is_refused_naming_the_holder(tmp_path, big_corpus, sample_spm, whole_run):
     save_dir = tmp_path / "out"
     first = start_create(create_args(sample_spm, big_corpus / "*.txt", save_dir, "--num_passes=3", "--num_workers=2"))
@@ -141,6 +142,7 @@ def test_a_second_create_on_a_busy_save_dir_is_refused_naming_the_holder(tmp_pat
     assert temporaries(save_dir) == []
 
 
+@pytest.mark.slow
 def test_the_lock_dies_with_its_process_and_a_rerun_removes_the_dead_runs_temporaries(tmp_path, big_corpus,
                                                                                     sample_spm, whole_run):
     save_dir = tmp_path / "out"
@@ -159,6 +161,7 @@ def test_the_lock_dies_with_its_process_and_a_rerun_removes_the_dead_runs_tempor
     assert_same_records(whole_run, save_dir)
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_encode_is_told_of_by_the_next_which_makes_the_same_records(tmp_path, big_corpus, sample_spm,
                                                                                    whole_run):
     """SIGKILL (what the kernel's out-of-memory killer sends) while the token cache is being written: the re-run
@@ -181,6 +184,7 @@ def test_a_run_killed_mid_encode_is_told_of_by_the_next_which_makes_the_same_rec
     assert_same_records(whole_run, save_dir)
 
 
+@pytest.mark.slow
 def test_temporaries_that_are_not_a_save_dir_output_are_left_alone(tmp_path, sample_spm):
     save_dir = tmp_path / "out"
     (save_dir / "tfrecords").mkdir(parents=True)
@@ -194,6 +198,7 @@ def test_temporaries_that_are_not_a_save_dir_output_are_left_alone(tmp_path, sam
 
 # ---- signals ----
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, whom", [(signal.SIGINT, "group"), (signal.SIGTERM, "main"),
                                           (signal.SIGTERM, "group"), (signal.SIGINT, "main")])
 def test_a_signal_stops_create_with_one_line_and_its_workers_and_a_rerun_finishes_it(tmp_path, big_corpus,
@@ -231,6 +236,7 @@ def test_a_signal_stops_create_with_one_line_and_its_workers_and_a_rerun_finishe
     assert_same_records(whole_run, save_dir)
 
 
+@pytest.mark.slow
 def test_sigkill_to_create_alone_takes_its_workers_with_it(tmp_path, big_corpus, sample_spm, whole_run):
     save_dir = tmp_path / "out"
     args = create_args(sample_spm, big_corpus / "*.txt", save_dir, "--num_passes=3", "--num_workers=2")
@@ -249,6 +255,7 @@ def test_sigkill_to_create_alone_takes_its_workers_with_it(tmp_path, big_corpus,
     assert_same_records(whole_run, save_dir)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_stops_create_with_one_line_and_a_rerun_finishes_it(tmp_path, big_corpus, sample_spm,
                                                                                     whole_run):
     save_dir = tmp_path / "out"
@@ -304,6 +311,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(mount_point)], check=True)
 
 
+@pytest.mark.slow
 def test_a_full_disk_names_the_file_leaves_no_temporary_and_a_rerun_completes(tmp_path, small_disk, sample_spm):
     save_dir = small_disk / "out"
     filler = small_disk / "filler"
@@ -334,6 +342,7 @@ def test_a_full_disk_names_the_file_leaves_no_temporary_and_a_rerun_completes(tm
     assert_same_records(tmp_path / "whole", save_dir)
 
 
+@pytest.mark.slow
 def test_an_unwritable_save_dir_is_one_line_naming_it(tmp_path, sample_spm):
     if os.geteuid() == 0:
         target = tmp_path / "file"  # root writes everywhere: use a save_dir below a plain file instead
@@ -352,6 +361,7 @@ def test_an_unwritable_save_dir_is_one_line_naming_it(tmp_path, sample_spm):
 
 # ---- compressed and binary input ----
 
+@pytest.mark.slow
 def test_gzip_bzip2_and_xz_corpora_give_the_records_of_the_text(tmp_path, sample_spm):
     texts = [p.read_bytes() for p in sorted(SAMPLE_CORPUS.glob("*.txt"))][:4]
     names = ["a.txt", "b.txt", "c.txt", "d.txt"]
@@ -377,6 +387,7 @@ PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10\x00\x00\x00\x10\x08
        + bytes(range(256)) * 20)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, data, message", [
     ("image.png", PNG, "image.png:3: a NUL byte: this is not a text file"),  # after the signature's line breaks
     ("random.bin", bytes((i * 7919 + 13) % 128 + 128 for i in range(5000)),

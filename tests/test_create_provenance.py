@@ -71,6 +71,7 @@ def two_by_two(corpus, sample_spm, tmp_path_factory):
 
 # ---- provenance ----
 
+@pytest.mark.slow
 def test_every_unit_records_its_flags_files_model_and_size(two_by_two, corpus, sample_spm):
     from xlnet_data.dataformat import provenance
     info_paths = sorted((two_by_two / "tfrecords").glob("record_info-train-1-*.json"))
@@ -123,6 +124,7 @@ def test_a_changed_input_is_refused_naming_it_and_overwrite_makes_the_save_dir_a
     assert_same_records(tmp_path / "fresh", save_dir)
 
 
+@pytest.mark.slow
 def test_a_replaced_sentencepiece_model_is_refused_by_create_and_by_dump(texts, sample_spm, tmp_path):
     from xlnet_data.datagen import tokenizer
     model = tmp_path / "model.model"
@@ -142,6 +144,7 @@ def test_a_replaced_sentencepiece_model_is_refused_by_create_and_by_dump(texts, 
                     "were made with (it changed since): pass that model's --sp_path, or make the records again")
 
 
+@pytest.mark.slow
 def test_a_run_with_other_data_flags_is_refused_naming_the_first_runs_flags(texts, sample_spm, tmp_path):
     save_dir = tmp_path / "out"
     first = ["--num_task=2", "--task=1", "--seq_len=128", "--reuse_len=64"]
@@ -159,6 +162,7 @@ def test_a_run_with_other_data_flags_is_refused_naming_the_first_runs_flags(text
     assert_same_records(tmp_path / "whole", save_dir)
 
 
+@pytest.mark.slow
 def test_train_and_dump_refuse_a_save_dir_holding_units_of_two_runs(two_by_two, tmp_path):
     from xlnet_data.dataformat import validation
     from xlnet_data.dataformat.save_dir import SaveDirError
@@ -221,6 +225,7 @@ def test_a_bad_line_is_counted_once_whatever_the_number_of_passes(texts, sample_
     assert ", 1 invalid UTF-8 lines replaced, 0 files without tokens skipped" in summary.line(0)
 
 
+@pytest.mark.slow
 def test_an_empty_corpus_is_an_error_and_writes_nothing(tmp_path, sample_spm):
     (tmp_path / "in").mkdir()
     for name in ("a.txt", "b.txt"):

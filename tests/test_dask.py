@@ -21,6 +21,7 @@ needs_dask = pytest.mark.skipif(
     importlib.util.find_spec("apache_beam") is None or importlib.util.find_spec("distributed") is None,
     reason="apache_beam and distributed are not installed (the `beam` and `dask` extras)")
 
+pytestmark = pytest.mark.slow  # a two-worker Dask cluster per module fixture
 LAUNCH_TIMEOUT_S = 300
 KILL_CASES = os.environ.get("XLNET_DASK_KILL_CASES", "g2_multitask").split(",")  # golden cases to kill workers in
 

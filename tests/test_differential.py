@@ -25,7 +25,7 @@ from test_golden import assert_same_corpus_info
 
 from xlnet_data.datagen.config import ConfigError, CreateConfig
 
-pytestmark = [needs_shared, needs_original]
+pytestmark = [needs_shared, needs_original, pytest.mark.slow]  # slow: the original's oracle process (TensorFlow)
 
 # New every run; under pytest-xdist the same in every worker (they must collect the same test ids).
 _RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID")

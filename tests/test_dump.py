@@ -185,6 +185,7 @@ def test_sp_path_of_golden_resolves():
 # ---------------------------------------------------------------- the CLI on g1
 
 
+@pytest.mark.slow
 @needs_shared
 def test_text_view_shows_alice_with_masks(g1, sp, tmp_path):
     res = run_cli(G1 / "expected", "--limit=8", "--color=never", cwd=tmp_path)
@@ -208,6 +209,7 @@ def test_text_view_shows_alice_with_masks(g1, sp, tmp_path):
     assert "backward" in fifth.splitlines()[0]
 
 
+@pytest.mark.slow
 @needs_shared
 def test_json_view_round_trips_every_feature(g1, sp):
     res = run_cli(G1 / "expected", "--format=json")
@@ -243,6 +245,7 @@ def _independent_stats(records, reuse=64, bsz=8):
     return dict(label1=label1, masked=masked, len_a=len_a, len_b=len_b, eop=eop, eod=eod, spans=spans)
 
 
+@pytest.mark.slow
 @needs_shared
 def test_stats_agree_with_independent_count(g1):
     res = run_cli(G1 / "expected", "--stats", "--format=json")
@@ -306,6 +309,7 @@ def _assert_one_line_error(res, path, index):
     return errors[0]
 
 
+@pytest.mark.slow
 @needs_shared
 def test_corrupt_files_end_with_one_line_error(tf, tmp_path):
     data = gzip.decompress(g1_file().read_bytes())
@@ -364,6 +368,7 @@ def test_help_and_plot_extra(tmp_path):
         assert res.returncode == 2 and res.stderr.startswith("dump: error: no such file")
 
 
+@pytest.mark.slow
 def test_a_save_dir_of_two_splits_with_their_own_passes_is_complete(sample_spm, tmp_path):
     """The README's save_dir: train with --num_passes=2, then --split=dev with --num_passes=1. Each split is
     its own create run: dump finds nothing missing (it said the dev split lacked pass 1, which would have halved

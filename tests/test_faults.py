@@ -43,6 +43,7 @@ def write(path, data):
 SENTENCES = "".join(f"Sentence number {i} tells a short story.\n" for i in range(200))
 
 
+@pytest.mark.slow
 def test_invalid_utf8_is_replaced_and_counted_or_fatal_with_strict(tmp_path, sample_spm):
     write(tmp_path / "in" / "a.txt", SENTENCES.encode() + b"bad \xff\xfe bytes\n" + SENTENCES.encode())
     result = create(tmp_path, sample_spm, tmp_path / "in" / "*.txt")
@@ -99,6 +100,7 @@ def test_a_corpus_too_small_for_one_batch_writes_nothing_and_says_so(tmp_path, s
     assert outputs(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_glob_matching_a_directory_or_dangling_link_stops(tmp_path, sample_spm):
     write(tmp_path / "in" / "a.txt", SENTENCES)
     (tmp_path / "in" / "dir.txt").mkdir()
@@ -112,6 +114,7 @@ def test_a_glob_matching_a_directory_or_dangling_link_stops(tmp_path, sample_spm
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_rerun_skips_complete_units_overwrite_redoes_and_other_flags_are_refused(tmp_path, sample_spm):
     glob = SAMPLE_CORPUS / "austen_emma.txt"
     first = create(tmp_path, sample_spm, glob, "--num_passes=2")
@@ -130,8 +133,9 @@ def test_rerun_skips_complete_units_overwrite_redoes_and_other_flags_are_refused
 
 
 def _stopped(pid):
+    """Stopped, or ended (a zombie never stops: the wait for it would never end)."""
     with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] in "tT"
+        return stat.read().rsplit(")", 1)[1].split()[0] in "tTZ"
 
 
 def kill_between_units(process, tfrecords, timeout=600):
@@ -155,10 +159,13 @@ def kill_between_units(process, tfrecords, timeout=600):
     raise AssertionError("create was never seen writing a unit after its first")
 
 
+@pytest.mark.slow
 def test_sigkill_leaves_nothing_training_would_read_and_a_rerun_completes_it(tmp_path, sample_spm):
     corpus = tmp_path / "in"
-    for i in range(2):  # small: the kill lands between units by holding the run still, not by its length
-        write(corpus / f"part{i}.txt", "".join(p.read_text() for p in sorted(SAMPLE_CORPUS.glob("*.txt"))))
+    books = sorted(SAMPLE_CORPUS.glob("*.txt"))
+    for i in range(2):  # small: the kill lands between units by holding the run still, not by its length (three
+        # books a file: a unit still writes for tens of ms, longer than the 20 ms kill_between_units lets it run)
+        write(corpus / f"part{i}.txt", "".join(p.read_text() for p in books[3 * i:3 * i + 3]))
     args = [f"--input_glob={corpus}/*.txt", f"--sp_path={sample_spm}", "--seq_len=64", "--reuse_len=32",
             "--bsz_per_host=4", "--num_predict=10", "--use_tpu=False", "--num_passes=4", "--num_workers=1"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -198,6 +205,7 @@ file_strategy = st.one_of(st.binary(max_size=400), st.lists(line_strategy, max_s
     lambda lines: "\n".join(lines).encode("utf-8", errors="surrogatepass")))
 
 
+@pytest.mark.slow  # 25 create runs
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(files=st.lists(file_strategy, min_size=1, max_size=3), from_raw_text=st.booleans(), use_eod=st.booleans(),
        bi_data=st.booleans())

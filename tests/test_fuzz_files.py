@@ -13,6 +13,7 @@ import sys
 
 import pytest
 from conftest import ROOT, SAMPLE_CORPUS
+from fuzz_files import boundscheck_cache
 
 from xlnet_data.datagen.config import CreateConfig
 from xlnet_data.datagen.job import create_records
@@ -36,12 +37,7 @@ def cache_backed(sample_spm, tmp_path_factory):
     return str(save_dir)
 
 
-def _boundscheck_cache():
-    """numba's cache for code compiled with bounds checks: apart from the usual one, and kept between runs."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "xlnet-data", "numba-boundscheck")
-
-
+@pytest.mark.slow  # numba code compiled with bounds checks (minutes on a cold cache), 700 mutants
 @pytest.mark.parametrize("boundscheck", [1, 0])
 def test_mutated_charsmaps_and_token_caches_are_refused_in_one_line_or_read(cache_backed, sample_spm, tmp_path,
                                                                             boundscheck):
@@ -49,7 +45,7 @@ def test_mutated_charsmaps_and_token_caches_are_refused_in_one_line_or_read(cach
     print(f"fuzz seed {seed} (XLNET_FUZZ_SEED={seed} repeats it), NUMBA_BOUNDSCHECK={boundscheck}")
     env = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_BOUNDSCHECK=str(boundscheck))
     if boundscheck:
-        env["NUMBA_CACHE_DIR"] = _boundscheck_cache()
+        env["NUMBA_CACHE_DIR"] = boundscheck_cache()
     result = subprocess.run([sys.executable, str(ROOT / "tests" / "fuzz_files.py"), f"--seed={seed}",
                              f"--charsmaps={CHARSMAPS}", f"--caches={CACHES}", f"--settings={SETTINGS}",
                              f"--model={sample_spm}",

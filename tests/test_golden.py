@@ -59,6 +59,7 @@ def test_golden_case_is_identical(case, tmp_path):
     assert_same_corpus_info(case_dir / "expected", tmp_path)
 
 
+@pytest.mark.slow
 @needs_shared
 def test_num_passes_in_parallel_equals_pass_by_pass(tmp_path):
     """--num_passes=3 on two workers equals the original's three runs with --pass_id=0,1,2 (g6)."""

@@ -218,6 +218,7 @@ def test_english_and_chinese_get_no_warning(accents_model, tmp_path):
         create_records(dataclasses.replace(config, keep_accents=True), num_workers=1)
 
 
+@pytest.mark.slow
 def test_create_cli_ends_with_one_warning_line_naming_the_file(accents_model, tmp_path):
     corpus = _write(tmp_path / "corpus", ["en", "th"])
     result = run_module("xlnet_data.create", f"--input_glob={corpus}/*.txt", f"--sp_path={accents_model}",
@@ -317,6 +318,7 @@ def test_beam_runner_keeps_the_accents(accents_model, tmp_path):
     assert "\u0e48" in sp.decode(_memory_stream(beam_dir).tolist())
 
 
+@pytest.mark.slow
 def test_dump_stats_show_the_setting_and_the_unk_share_per_file(kept):
     save_dir, _ = kept
     result = run_module("xlnet_data.dump", str(save_dir), "--stats", "--format=json")

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT, SAMPLE_CORPUS
 
 PACKAGE = ROOT / "xlnet_data"
@@ -31,6 +32,7 @@ def _imported_modules(path):
             yield node.module
 
 
+@pytest.mark.slow
 def test_the_record_making_library_and_the_data_format_never_import_tensorflow():
     for path in sorted((PACKAGE / "datagen").rglob("*.py")) + sorted((PACKAGE / "dataformat").rglob("*.py")):
         tf_imports = [name for name in _imported_modules(path) if name.split(".")[0] in ("tensorflow", "keras")]
@@ -102,6 +104,7 @@ def test_import_xlnet_data_is_cheap_and_the_api_resolves_lazily():
     assert result.stdout.split() == ["[]", "xlnet_data.datagen.job", "xlnet_data.pretrain.config"]
 
 
+@pytest.mark.slow
 def test_create_records_in_one_call_and_read_them_back(tmp_path, sample_spm):
     import xlnet_data as xd
 

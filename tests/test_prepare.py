@@ -364,6 +364,7 @@ def test_flag_errors_are_one_line(tmp_path):
     assert "--text_layout" in result.stdout and "--num_shards" in result.stdout and result.returncode == 0
 
 
+@pytest.mark.slow
 def test_create_gives_the_same_records_as_from_the_hand_made_input(tmp_path, sample_spm):
     docs = generated_documents(40)
     write_jsonl(tmp_path / "raw" / "corpus.jsonl", docs)
@@ -390,6 +391,7 @@ def test_create_gives_the_same_records_as_from_the_hand_made_input(tmp_path, sam
             assert all((mine[k] == theirs[k]).all() for k in mine)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_stops_prepare_with_one_line_and_leaves_no_temporary(tmp_path, signum):
     docs = generated_documents(20000)
@@ -553,6 +555,7 @@ def test_a_long_paragraph_without_sentence_ends_is_one_sentence_split_in_bounded
     assert windowed == split_sentences(text, "th") and len(windowed) > 100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_in_a_long_paragraph_is_answered_at_once(tmp_path, signum):
     # 3 million characters of Chinese in one paragraph (about 1.5 s of splitting, so that the signal comes in the

@@ -7,6 +7,7 @@ import logging
 import os
 
 import numba
+import pytest
 from conftest import SAMPLE_CORPUS
 
 from xlnet_data.common import compiled, memory
@@ -21,6 +22,7 @@ def _logging_state():
     return list(root.handlers), root.level
 
 
+@pytest.mark.slow
 def test_create_records_and_train_in_process_leave_the_process_settings_alone(sample_spm, tmp_path, monkeypatch):
     # No handler on the root logger, as in a plain script or notebook: logging.basicConfig would add one.
     monkeypatch.setattr(logging.getLogger(), "handlers", [])

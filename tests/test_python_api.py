@@ -45,6 +45,7 @@ def page_dir(tmp_path_factory):
     return folder, done
 
 
+@pytest.mark.slow
 def test_the_pages_example_runs_as_a_plain_script(page_dir):
     """Spawned workers (create_records' two, train_sentencepiece's one) do not run the unguarded script again:
     it runs once, to its end."""
@@ -54,6 +55,7 @@ def test_the_pages_example_runs_as_a_plain_script(page_dir):
     assert re.search(r"^done: 2 unit\(s\), \d+ tokens \(\d+ encoded, once for all passes\), \d+ records", done.stdout, re.M)
 
 
+@pytest.mark.slow
 def test_the_pages_train_config_trains_on_the_records_of_its_create_config(page_dir, monkeypatch):
     folder, done = page_dir
     assert done.returncode == 0, done.stderr[-3000:]
@@ -78,6 +80,7 @@ def test_a_setting_that_contradicts_the_records_is_named(page_dir):
                                                                                                    uncased=True)))
 
 
+@pytest.mark.slow
 def test_train_takes_a_save_dir_as_train_gpu_does_and_a_folder_without_records_is_one_user_error(page_dir,
                                                                                                 tmp_path):
     folder, _ = page_dir

@@ -130,6 +130,7 @@ def test_every_varint_length_round_trips(tmp_path, large):
     assert {k: v.tolist() for k, v in features.items()} == example
 
 
+@pytest.mark.slow
 def test_reading_never_imports_tensorflow(tmp_path):
     path = tmp_path / "r.tfrecords.gz"
     path.write_bytes(gzip.compress(encode(random_examples(3))))
@@ -208,6 +209,7 @@ def test_gzip_data_error_names_the_exact_record(tmp_path):
     assert "record header incomplete (7 of 12 bytes)" in err.reason
 
 
+@pytest.mark.slow
 @needs_g1
 def test_read_numbered_examples_equals_tensorflow_plain_and_gzip(g1, tmp_path):
     gz = g1_file()

@@ -57,6 +57,7 @@ def test_sample_corpus_is_in_xlnet_input_format():
     assert 300_000 <= total <= 600_000
 
 
+@pytest.mark.slow
 def test_special_ids_are_xlnets(model_path):
     sp = spm.SentencePieceProcessor(model_file=model_path)
     assert sp.get_piece_size() == 1000
@@ -98,6 +99,7 @@ def test_model_with_wrong_special_ids_is_reported(tmp_path):
         vocab.load_sentencepiece(prefix + ".model")
 
 
+@pytest.mark.slow
 def test_too_large_vocab_names_the_largest_that_works(tmp_path):
     config = tokenizer.SpmTrainConfig(input_files=CORPUS_FILES[:1], model_prefix=str(tmp_path / "big"),
                                       vocab_size=32000, num_threads=2)
@@ -183,6 +185,7 @@ def test_cli_no_matching_input_fails_with_one_line(tmp_path):
     assert not os.path.exists(tmp_path / "m.model")
 
 
+@pytest.mark.slow
 def test_cli_trains_and_reports(tmp_path):
     prefix = tmp_path / "out" / "cli"
     result = _cli(f"--input={CORPUS_FILES[0]},{CORPUS_FILES[-1]}", f"--model_prefix={prefix}",
@@ -193,6 +196,7 @@ def test_cli_trains_and_reports(tmp_path):
     assert vocab.special_id_mismatches(spm.SentencePieceProcessor(model_file=f"{prefix}.model")) == []
 
 
+@pytest.mark.slow
 def test_the_same_training_twice_writes_the_same_model_and_another_one_in_its_place_is_said(tmp_path, caplog):
     """SentencePiece records the prefix it wrote to, a temporary one: the model names its real prefix instead, so
     that its sha256 (which create, train_gpu and dump check) is the same for the same training."""
@@ -219,6 +223,7 @@ def test_cli_help_explains_each_flag():
         assert f"--{flag}:" in result.stdout or f"--[no]{flag}:" in result.stdout, flag
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_stops_training_at_once_with_one_line_and_leaves_nothing(tmp_path, signum):
     rng = random.Random(0)
@@ -267,6 +272,7 @@ def _japanese_like(lines, seed=0):
             for _ in range(lines)]
 
 
+@pytest.mark.slow
 def test_vocabulary_advice_followed_settles_on_japanese_text(tmp_path):
     """The advice counts only the pieces the vocabulary size decides: on Japanese-like text, 4000 -> about 2000
     -> no warning. Counting the rare single kanji too (which every size keeps), the 2000 model had 548 rare
@@ -313,6 +319,7 @@ def _command_flags(text, module):
     return dict(re.findall(r"--(\w+)=(\S+)", command.split("#")[0]))
 
 
+@pytest.mark.slow
 def test_the_readme_path_and_the_demo_train_without_a_rare_piece_warning(tmp_path):
     """A newcomer's first runs, with the project's own settings: the README's Austen path (prepare, then spm_train)
     and bin/demo's spm_train give no rare-piece warning (they did: 14% of 2000 pieces and 33% of 4000)."""

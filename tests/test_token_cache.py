@@ -137,6 +137,7 @@ def one_worker(tmp_path_factory):
     return save_dir
 
 
+@pytest.mark.slow
 @needs_shared
 @pytest.mark.parametrize("workers", [2, 4])
 def test_multi_pass_runs_are_identical_for_any_number_of_workers(one_worker, tmp_path, workers):
@@ -146,6 +147,7 @@ def test_multi_pass_runs_are_identical_for_any_number_of_workers(one_worker, tmp
     assert not (tmp_path / "token_cache").exists()
 
 
+@pytest.mark.slow
 @needs_beam
 @needs_shared
 def test_multi_pass_run_on_beams_direct_runner_is_identical(one_worker, tmp_path):
@@ -154,6 +156,7 @@ def test_multi_pass_run_on_beams_direct_runner_is_identical(one_worker, tmp_path
     assert not (tmp_path / "token_cache").exists()
 
 
+@pytest.mark.slow
 @needs_shared
 def test_keep_cache_keeps_it_and_a_later_run_uses_it(one_worker, tmp_path):
     create_g6(tmp_path, "--num_workers=1", "--keep_cache")
@@ -165,6 +168,7 @@ def test_keep_cache_keeps_it_and_a_later_run_uses_it(one_worker, tmp_path):
     assert not (tmp_path / "token_cache").exists()
 
 
+@pytest.mark.slow
 @needs_shared
 def test_a_one_pass_run_encodes_in_memory_and_writes_what_the_cache_gives(tmp_path):
     flags = [f for f in golden_flags(MULTI_PASS) if not f.startswith("--num_passes")] + ["--num_task=2"]

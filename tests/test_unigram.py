@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 from conftest import SAMPLE_CORPUS, SHARED, XLNET_SPM, needs_shared, read_save_dir
+from fuzz_files import boundscheck_cache
 
 from xlnet_data.dataformat import spm_model
 from xlnet_data.datagen import encoder_check, spm_normalize, tokenizer, unigram
@@ -116,11 +117,13 @@ def test_fuzz_xlnet_model():
     fuzz(XLNET_SPM, 0)
 
 
+@pytest.mark.slow
 def test_fuzz_spm_train_models(sample_spm, multiscript_spm):
     fuzz(sample_spm, 1)
     fuzz(multiscript_spm, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [
     dict(normalization_rule_name="identity", add_dummy_prefix=False, remove_extra_whitespaces=False),
     dict(normalization_rule_name="nfkc_cf", split_digits=True),
@@ -163,9 +166,11 @@ print("checked")
 """
 
 
+@pytest.mark.slow  # numba code compiled with bounds checks
 def test_the_compiled_text_code_reads_and_writes_nothing_out_of_bounds(sample_spm, tmp_path):
     """numba checks no index unless asked: the read check, the text step, the normaliser and Viterbi run here with
-    NUMBA_BOUNDSCHECK=1 (compiled afresh), on a model with a charsmap and on one without (the identity rule:
+    NUMBA_BOUNDSCHECK=1 (in the bounds-checked code's own numba cache, fuzz_files.boundscheck_cache, kept between
+    runs), on a model with a charsmap and on one without (the identity rule:
     its empty table was one unit, which every walk read far past, found so on 2026-12-04)."""
     writer = io.BytesIO()
     spm.SentencePieceTrainer.train(input=str(SAMPLE_TEXT), model_writer=writer, vocab_size=300, num_threads=1,
@@ -173,7 +178,7 @@ def test_the_compiled_text_code_reads_and_writes_nothing_out_of_bounds(sample_sp
     identity = tmp_path / "identity.model"
     identity.write_bytes(writer.getvalue())
     models = [str(identity), str(sample_spm)] + ([str(XLNET_SPM)] if XLNET_SPM.is_file() else [])
-    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=boundscheck_cache())
     result = subprocess.run([sys.executable, "-c", BOUNDS_CHECKED, str(Path(__file__).parent), str(SEED), *models],
                             env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and "checked" in result.stdout, f"UNIGRAM_SEED={SEED}: {result.stderr[-3000:]}"
@@ -269,6 +274,7 @@ def test_the_books_line_by_line():
         assert differences(encoder, sp, texts) == []
 
 
+@pytest.mark.slow
 def test_unsupported_model_falls_back_in_one_line(bpe_spm, caplog, tmp_path):
     sp = spm.SentencePieceProcessor(model_file=bpe_spm)
     encoder_check._SAID.clear()
