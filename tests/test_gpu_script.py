@@ -5,9 +5,11 @@ last."""
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT, SHARED, needs_shared
 
 
+@pytest.mark.slow
 @needs_shared
 def test_the_gpu_script_runs_on_the_cpu_with_smoke_shapes():
     result = subprocess.run([sys.executable, "benchmarks/gpu_torch.py", "--smoke", f"--goldens={SHARED / 'golden_model'}",

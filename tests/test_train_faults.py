@@ -577,7 +577,7 @@ def test_a_record_info_that_contradicts_its_records_is_one_line(small_records, t
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 400 KB tmpfs (the tiny model's checkpoint needs about 700 KB); skipped where mounting is not allowed."""
+    """A 400 KB tmpfs (the one-layer tiny model's checkpoint needs about 520 KB); skipped where mounting is not allowed."""
     mount = tmp_path / "disk"
     mount.mkdir()
     made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mount)], capture_output=True)
