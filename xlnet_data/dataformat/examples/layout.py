@@ -120,6 +120,16 @@ def value_at(source, width, seg_starts, seg_offsets, p, s):
 def copy_values(out, n, source, width, seg_starts, seg_offsets, base, row_len, reverse, begin, end):
     """Copies positions begin..end-1 of the row at stream position `base` (read backwards where `reverse`) into
     out[n:]; returns the next n."""
+    if width != BITS and begin < end:
+        first = base + (row_len - 1 - begin if reverse else begin)
+        last = first + (begin + 1 - end if reverse else end - 1 - begin)
+        s = _segment(seg_starts, min(first, last), 0)
+        if max(first, last) < seg_starts[s + 1]:  # in one segment (nearly always): ids evenly spaced, no lookups
+            step = -width if reverse else width
+            at = seg_offsets[s] + (first - seg_starts[s]) * width
+            for k in range(end - begin):
+                out[n + k] = _load_u16(source, at + k * step) if width == 2 else _load_i32(source, at + k * step)
+            return n + end - begin
     s = 0
     for k in range(begin, end):
         value, s = value_at(source, width, seg_starts, seg_offsets, base + (row_len - 1 - k if reverse else k), s)
