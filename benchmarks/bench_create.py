@@ -27,6 +27,7 @@ Output is a Markdown report (also for BENCHMARKS.md). The corpora are made from 
 """
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -96,9 +97,21 @@ def timed(cmd, env=None, cores=None, clock=None):
     return seconds, usage.ru_maxrss * 1024, output
 
 
+def text_settings(sp_path):
+    """create's uncased and keep_accents for a model: as spm_train trained it (PREFIX.text.json beside it, which a
+    user's create checks too), else none: create's defaults (XLNet's model has no such file)."""
+    settings = Path(sp_path).with_suffix(".text.json")
+    trained = json.loads(settings.read_text()) if settings.exists() else {}
+    return {name: trained[name] for name in ("uncased", "keep_accents") if name in trained}
+
+
+def text_flags(sp_path):
+    return [f"--{'' if value else 'no'}{name}" for name, value in text_settings(sp_path).items()]
+
+
 def run_create(input_glob, save_dir, flags, sp_path, workers=1, extra=(), cores=None, clock=None):
     cmd = [sys.executable, "-m", "xlnet_data.create", f"--input_glob={input_glob}", f"--sp_path={sp_path}",
-           f"--save_dir={save_dir}", f"--num_workers={workers}", "--overwrite", *flags, *extra]
+           f"--save_dir={save_dir}", f"--num_workers={workers}", "--overwrite", *text_flags(sp_path), *flags, *extra]
     seconds, rss, output = timed(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT)), cores=cores, clock=clock)
     tokens = int(re.search(r"done: \d+ unit\(s\), (\d+) tokens", output).group(1))
     passes = next((int(f.split("=")[1]) for f in extra if f.startswith("--num_passes=")), 1)

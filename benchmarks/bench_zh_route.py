@@ -1,10 +1,11 @@
 """The Chinese word starts alone, in process: `WordStarts` on 4,096-token blocks and jieba's route on the whole
 text, in ns a token (CPU time, best of --rounds).
 
-    taskset -c 0 python benchmarks/bench_zh_route.py --zh_text=/tmp/zh_dictionary.txt --sp_model=/tmp/zhs.model
+    taskset -c 0 python benchmarks/bench_zh_route.py --zh_text=/work/bench_text/zh/shard-00000-of-00003.txt \
+        --sp_model=/work/bench_text/zh.model
 
---zh_text: one sentence a line (benchmarks/zh_dictionary_text.py makes one); --sp_model: a SentencePiece model of
-that text (spm_train's). Needs jieba (the `words` extra).
+--zh_text: Chinese prose, one sentence a line; --sp_model: a SentencePiece model of such text (spm_train's); both as
+benchmarks/real_text.py makes them. Needs jieba (the `words` extra).
 """
 
 import argparse

@@ -165,8 +165,10 @@ def main():
     small = bench_create.make_corpus(work / "small", args.size_mb, books)
     large = bench_create.make_corpus(work / "large", 2 * args.size_mb, books)
     flags = dict(flag[2:].split("=") for flag in bench_create.CONFIGS[f"seq_len {args.seq_len}"])
+    flags.update(bench_create.text_settings(args.sp_path))
     config = CreateConfig(sp_path=args.sp_path, save_dir=str(work / "out"),  # create's defaults but these flags
-                          **{name: flags[name] == "True" if name == "bi_data" else int(flags[name]) for name in flags})
+                          **{name: value if isinstance(value, bool) else value == "True" if name == "bi_data" else
+                             int(value) for name, value in flags.items()})
 
     def run_create(input_glob):
         summary = job.create_records(dataclasses.replace(config, input_glob=input_glob).validate(), overwrite=True,

@@ -49,33 +49,6 @@ def _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, pieceless, bes
     while start < size:
         here = np.uint64(start)
         till_here = best_score[here]
-        # A run of characters of 2 or 3 bytes that occur in no piece (Chinese to XLNet's English model): no
-        # piece starts, ends or passes inside it, so the only path through it is its unknowns, one a character,
-        # merged into one <unk>. Their scores are summed here in order (float32, as one end at a time would)
-        # and only the run's end is written.
-        candidate, at, stop = till_here, np.uint64(begin) + here, np.uint64(begin + size)
-        while at < stop:
-            lead = np.int64(norm[at])
-            if 0xE0 <= lead < 0xF0 and at + np.uint64(3) <= stop:
-                code = code_point_3(lead, norm[at + np.uint64(1)], norm[at + np.uint64(2)])
-                length = np.uint64(3)
-            elif 0xC2 <= lead < 0xE0 and at + np.uint64(2) <= stop:
-                code = code_point_2(lead, norm[at + np.uint64(1)])
-                length = np.uint64(2)
-            else:
-                break
-            if not pieceless[code]:
-                break
-            candidate += unk_score
-            largest = max(largest, abs(candidate))
-            at += length
-        at -= np.uint64(begin)
-        if at != here:
-            merged = start > 0 and best_id[here] == unk_id
-            best_score[at], best_start[at] = candidate, best_start[here] if merged else start
-            best_id[at] = unk_id
-            start = np.int64(at)
-            continue
         char_len = min(one_char_len(norm[np.uint64(begin + start)]), size - start)
         has_single = False
         node, base = 0, root_base
@@ -96,6 +69,35 @@ def _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, pieceless, bes
                 if end - start == char_len:
                     has_single = True
         if not has_single:
+            # A run of characters of 2 or 3 bytes that occur in no piece (Chinese to XLNet's English model): no
+            # piece starts, ends or passes inside it, so the only path through it is its unknowns, one a character,
+            # merged into one <unk>. Their scores are summed here in order (float32, as one end at a time would)
+            # and only the run's end is written. Looked for only here, where no piece is the character at `start`
+            # (a character some piece holds is never pieceless, and the walk above writes nothing for one that
+            # is): before the walk, its decoding was paid at every character of Chinese text.
+            candidate, at, stop = till_here, np.uint64(begin) + here, np.uint64(begin + size)
+            while at < stop:
+                lead = np.int64(norm[at])
+                if 0xE0 <= lead < 0xF0 and at + np.uint64(3) <= stop:
+                    code = code_point_3(lead, norm[at + np.uint64(1)], norm[at + np.uint64(2)])
+                    length = np.uint64(3)
+                elif 0xC2 <= lead < 0xE0 and at + np.uint64(2) <= stop:
+                    code = code_point_2(lead, norm[at + np.uint64(1)])
+                    length = np.uint64(2)
+                else:
+                    break
+                if not pieceless[code]:
+                    break
+                candidate += unk_score
+                largest = max(largest, abs(candidate))
+                at += length
+            at -= np.uint64(begin)
+            if at != here:
+                merged = start > 0 and best_id[here] == unk_id
+                best_score[at], best_start[at] = candidate, best_start[here] if merged else start
+                best_id[at] = unk_id
+                start = np.int64(at)
+                continue
             at = np.uint64(start + char_len)
             candidate = unk_score + till_here
             if best_start[at] == -1 or candidate > best_score[at]:
