@@ -117,7 +117,10 @@ def test_each_input_pipeline_makes_only_its_rows_and_gets_the_records_batches(bo
                 np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
 
 
+# One layer: what is checked is which rows each replica reads, not the model.
 TWO_REPLICAS = """
+import dataclasses
+import os
 import sys
 import numpy as np
 import tensorflow as tf
@@ -130,13 +133,16 @@ losses = []
 for save_dir, model_dir in ((sys.argv[2], sys.argv[4]), (sys.argv[3], sys.argv[5])):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     cfg = config(save_dir, model_dir, train_steps=6, strategy="mirrored")
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layer=1))
     losses.append(T.train(cfg, strategy=strategy).losses)
 assert len(losses[0]) == 6
 np.testing.assert_array_equal(losses[1], losses[0])
-print("two replicas OK")
+print("two replicas OK", flush=True)
+os._exit(0)  # checked: skip the teardown, where freeing a cache iterator can wait a minute, CPU idle
 """
 
 
+@pytest.mark.slow
 def test_two_replicas_from_the_cache_give_the_records_losses(both, tmp_path):
     records, cache = both
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
