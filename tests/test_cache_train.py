@@ -68,6 +68,7 @@ def test_training_from_the_cache_gives_the_records_losses_bit_for_bit(both, whol
     np.testing.assert_array_equal(got.losses, whole)
 
 
+@pytest.mark.slow
 def test_a_run_resumed_mid_pass_starts_the_generator_where_the_checkpoint_was(both, whole, tmp_path, monkeypatch,
                                                                               caplog):
     _, cache = both
@@ -163,6 +164,7 @@ def test_cache_unit_positions_index_the_stream(both):
     assert dataclasses.is_dataclass(generated.Position)
 
 
+@pytest.mark.slow
 def test_train_gpu_logs_the_records_losses_from_the_cache_and_a_missing_cache_is_one_line(both, whole, tmp_path):
     """What a user checks from the command line: every step's loss line, from the cache, is the records' (the
     run on the records in `whole`, with the flags that make the same config)."""
@@ -202,6 +204,7 @@ def damage(save_dir, tmp_path, name):
     return copy, path
 
 
+@pytest.mark.slow
 def test_a_cache_damaged_at_the_same_size_is_refused_by_train_gpu_and_dump(both, tmp_path):
     """As a damaged records file is by its CRCs: one line naming the file and the chunk, exit 2."""
     from conftest import run_module
@@ -377,6 +380,7 @@ def test_a_crafted_token_cache_is_one_line_in_dump_and_train_gpu_before_any_comp
     assert re.search(want, str(trained.value)), str(trained.value)
 
 
+@pytest.mark.slow
 def test_negative_ids_in_a_cache_are_one_line_and_exit_2_from_the_dump_and_train_gpu_commands(both, tmp_path):
     """The issue's SIGSEGV (exit -11), through the commands as a user runs them."""
     name, edit, said = CRAFTED_CACHES[0]

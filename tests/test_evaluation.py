@@ -124,6 +124,7 @@ def check_replicas_and_cache(records, cache, model_dir):
     print(first, two, from_cache)
 
 
+@pytest.mark.slow
 def test_the_held_out_numbers_repeat_and_do_not_depend_on_replicas_or_the_cache(split_dirs, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
     result = subprocess.run([sys.executable, "-c", REPLICA_CHECK, str(Path(__file__).parent), *split_dirs,
@@ -135,6 +136,7 @@ HELD_OUT_LINE = re.compile(r"step (\d+) \| held-out loss ([\d.]+) \| pplx ([\d.]
                            r"\| (\d+) tokens \| best ([\d.]+) at step (\d+)")
 
 
+@pytest.mark.slow
 def test_a_run_keeps_its_best_checkpoint_across_a_resume_and_draws_its_curves(split_dirs, tmp_path, caplog):
     records, _ = split_dirs
     model_dir = tmp_path / "model"
@@ -166,6 +168,7 @@ def test_a_run_keeps_its_best_checkpoint_across_a_resume_and_draws_its_curves(sp
     assert curves.tokens_per_step(str(model_dir)) == 8 * 64
 
 
+@pytest.mark.slow
 def test_train_gpu_evaluates_each_sources_dev_split_by_default_and_says_the_best(split_dirs, tmp_path):
     """Mixed: each source's own dev split (found beside its train split) and the mixture, weighted as training
     draws the sources; the summary line ends with the best."""
@@ -214,6 +217,7 @@ def evaluated_model_dir(split_dirs, tmp_path_factory):
     return cfg
 
 
+@pytest.mark.slow
 def test_held_out_records_of_another_sentencepiece_model_are_refused_naming_both(split_dirs, other_model_dev,
                                                                                 sample_spm, other_spm, tmp_path):
     from xlnet_data.common.errors import ConfigError
@@ -228,6 +232,7 @@ def test_held_out_records_of_another_sentencepiece_model_are_refused_naming_both
         assert not (tmp_path / "model").exists()
 
 
+@pytest.mark.slow
 def test_a_resume_on_other_held_out_batches_starts_a_new_best(evaluated_model_dir, tmp_path, caplog):
     """best.json's loss is made unbeatable (0.0, as if its held-out text were trivial): resumed on the same batches
     the best stays; on other batches (another --eval_batches) the first evaluation is the new best, said."""
@@ -247,6 +252,7 @@ def test_a_resume_on_other_held_out_batches_starts_a_new_best(evaluated_model_di
     assert len([r for r in caplog.records if "new best" in r.getMessage()]) == 1
 
 
+@pytest.mark.slow
 def test_the_dry_run_counts_the_evaluations_and_makes_every_check_of_the_real_run(evaluated_model_dir, split_dirs,
                                                                                  tmp_path):
     from test_train_faults import _made_otherwise

@@ -75,6 +75,7 @@ def _weights(model):
 
 # ----- the loss falls (the CLI, as bin/demo runs it) ---------------------------------------------
 
+@pytest.mark.slow
 def test_cli_trains_a_tiny_model_and_the_loss_falls(records, tmp_path):
     model_dir = tmp_path / "model"
     result = run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}",
@@ -220,6 +221,7 @@ def test_a_batch_that_cannot_be_split_is_refused(records, tmp_path):
 
 # ----- resume, init_checkpoint, the goldens -------------------------------------------------------
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_where_its_checkpoint_was(records, tmp_path):
     """Without memories (tests/test_train_faults.py: with them, bit for bit, and from a signal)."""
     n, mem_len = 8, 0
@@ -241,6 +243,7 @@ def test_an_interrupted_run_resumes_where_its_checkpoint_was(records, tmp_path):
         np.testing.assert_array_equal(value, second.trainer.model.weights[name].numpy())
 
 
+@pytest.mark.slow
 def test_a_model_dir_of_another_model_is_refused(records, tmp_path):
     cfg = tiny_config(records, tmp_path, train_steps=1)
     T.train(cfg)
@@ -273,6 +276,7 @@ def _golden_train_config(case, model_dir, **changes):
 
 @needs_shared
 @pytest.mark.parametrize("case", sorted(GOLDEN_INPUTS))
+@pytest.mark.slow
 def test_training_from_the_golden_tf1_checkpoint_starts_at_the_golden_loss(case, tmp_path):
     cfg, features, expected = _golden_train_config(case, tmp_path, learning_rate=0.0, train_steps=2)
     result = T.train(cfg, permutation=ip.fixed_permutation(features["perm_rows_0"], features["perm_rows_1"]))
@@ -282,6 +286,7 @@ def test_training_from_the_golden_tf1_checkpoint_starts_at_the_golden_loss(case,
 
 @needs_shared
 @pytest.mark.parametrize("case", sorted(GOLDEN_INPUTS))
+@pytest.mark.slow
 def test_the_xla_compiled_step_gives_the_plain_steps_losses(case, tmp_path):
     losses = {}
     for jit_compile in ("off", "on"):
@@ -296,6 +301,7 @@ def test_the_xla_compiled_step_gives_the_plain_steps_losses(case, tmp_path):
     assert losses["on"][2] < losses["on"][0]
 
 
+@pytest.mark.slow
 def test_jit_compile_auto_is_off_on_the_cpu_and_falls_back_when_xla_cannot_compile(records, tmp_path, caplog):
     cfg = tiny_config(records, tmp_path, train_steps=2)
     strategy = T.make_strategy("one_device", ("/cpu:0",))
@@ -328,6 +334,7 @@ def test_jit_compile_auto_is_off_on_the_cpu_and_falls_back_when_xla_cannot_compi
         strict.train_step(batch, strict.initial_mems())
 
 
+@pytest.mark.slow
 def test_bfloat16_on_the_cpu_gives_finite_and_falling_losses(records, tmp_path):
     cfg = tiny_config(records, tmp_path, train_steps=80, iterations=20, warmup_steps=10)
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, use_bfloat16=True))
@@ -426,6 +433,7 @@ def test_a_run_that_cannot_fit_the_device_memory_stops_in_one_line_before_any_st
     assert not (tmp_path / "model").exists()  # refused before the model_dir was made, let alone a step
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_plan_and_a_projection_and_writes_nothing(small_records, tmp_path):
     result = _plan_cli(small_records, tmp_path / "model", "--dry_run", "--dry_run_steps=2", "--dry_run_seconds=0",
                        "--train_steps=1000", "--device_memory=16GB")
@@ -516,6 +524,7 @@ def test_mixing_draws_sources_by_tokens_to_the_alpha():
     assert re.fullmatch(r"mixture: big \d+\.\d% \(expected 90\.9%\), small \d+\.\d% \(expected 9\.1%\)", line)
 
 
+@pytest.mark.slow
 def test_a_mixed_run_feeds_each_sources_memory_only_from_that_source(records, small_records, tmp_path, caplog):
     steps = 24
     # mem_len = 2 * reuse_len and learning rate 0: layer 0's memory is then exactly the embeddings of the
@@ -557,6 +566,7 @@ def test_one_cpu_device_reads_the_batches_the_distributed_iterator_gives(small_r
 
 # ----- the benchmark ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_benchmark_runs_small_on_cpu():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), "gpu", "--small", "--steps=3",

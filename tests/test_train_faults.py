@@ -91,6 +91,7 @@ def _run_check(name, *args, **env):
     assert result.returncode == 0 and "check OK" in result.stdout, result.stderr[-5000:]
 
 
+@pytest.mark.slow
 def test_a_step_repeats_bit_for_bit(small_records, tmp_path):
     """What an exact resume rests on: the same step on the same weights gives the same gradients to the last
     bit. Without oneDNN's kernels (as here) the thread schedule shows through more often: with the gradients
@@ -114,6 +115,7 @@ def check_step_repeats(records, model_dir, repeats):
     assert differing == 0, f"{differing} of {repeats} repeats differ"
 
 
+@pytest.mark.slow
 def test_50_plus_50_steps_equal_100_straight_bit_for_bit(small_records, tmp_path):
     """mem_len > 0, bi_data, dropout: memories, positions (the 17 steps of records wrap around), dropout state."""
     changes = dict(train_steps=100, save_steps=50, mem_len=32, iterations=50)
@@ -154,6 +156,7 @@ def check_mirrored_resume(records, model_dir):
         np.testing.assert_array_equal(ours[name], value, err_msg=name)
 
 
+@pytest.mark.slow
 def test_two_replicas_resume_exactly_too(small_records, tmp_path):
     _run_check("mirrored_resume", small_records, tmp_path)
 
@@ -168,6 +171,7 @@ def test_resuming_with_another_seed_is_refused(small_records, tmp_path):
 
 # ----- where a model_dir's paths resolve from --------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_relative_model_dir_resumes_and_so_does_its_folder_moved_as_a_whole(small_records, tmp_path):
     """The README's `--model_dir=models/austen`, run again, resumes (the `checkpoint` file's relative entries were
     once joined to model_dir twice: models/m/models/m/model.ckpt-2); so does the same command run in the folder
@@ -278,6 +282,7 @@ def test_a_mix_of_sources_made_with_two_sentencepiece_models_is_refused(small_re
     assert not (tmp_path / "model").exists()
 
 
+@pytest.mark.slow
 def test_a_mixed_run_resumed_with_a_source_swapped_or_reordered_is_refused_and_a_moved_one_resumes(small_records,
                                                                                                   tmp_path):
     a, b = small_records, _made_otherwise(small_records, tmp_path, "b", input_sha256="c" * 64)
@@ -300,6 +305,7 @@ def test_a_mixed_run_resumed_with_a_source_swapped_or_reordered_is_refused_and_a
     assert (resumed.first_step, resumed.step) == (2, 3)
 
 
+@pytest.mark.slow
 def test_a_second_train_on_a_busy_model_dir_stops_at_once_naming_the_holder(small_records, tmp_path):
     model_dir = tmp_path / "model"
     first = _popen_train(*_train_args(small_records, model_dir, "--train_steps=1000", "--save_steps=1000"))
@@ -402,6 +408,7 @@ def twelve_steps(small_records, tmp_path_factory):
 
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.slow
 def test_a_signal_saves_a_checkpoint_and_the_rerun_equals_an_uninterrupted_run(small_records, twelve_steps, tmp_path,
                                                                                 signum, status):
     steps = TWELVE_STEPS
@@ -481,6 +488,7 @@ def test_damage_found_at_start_up_stops_train_and_dump_before_anything_is_writte
     assert line == f"dump: error: {want}"
 
 
+@pytest.mark.slow
 def test_a_bit_flip_met_while_training_is_one_line_after_a_checkpoint_of_the_steps_before(small_records, tmp_path):
     copy, path, index, offset = _damage(small_records, tmp_path, "bit_flip_in_data")
     model_dir = tmp_path / "model"
@@ -587,6 +595,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(mount)], check=True)
 
 
+@pytest.mark.slow
 def test_a_full_model_dir_is_one_line_naming_the_checkpoint_and_leaves_no_temporary_file(small_records, small_disk):
     model_dir = small_disk / "model"
     result = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"))
@@ -629,6 +638,7 @@ def test_dump_into_a_pipe_closed_early_exits_0_without_a_traceback(small_records
 
 # ----- records pulled away while they are read (issue 43) ------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_records_file_gone_mid_run_ends_it_like_a_damaged_one_after_a_checkpoint(small_records, tmp_path,
                                                                                 monkeypatch):
     """The file is deleted at step 3; the run reads it again when its 17 steps wrap around: it stops with one
@@ -661,6 +671,7 @@ def _wait_for_reader(save_dir, process, program):
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_create_overwrite_is_refused_while_train_gpu_or_dump_reads_the_save_dir(small_records, sample_spm, tmp_path):
     from test_train import RECORD_FLAGS
     copy = _copy(small_records, tmp_path)

@@ -27,6 +27,7 @@ def _files(model_dir):
     return sorted(os.listdir(model_dir))
 
 
+@pytest.mark.slow
 def test_a_non_finite_loss_stops_training_naming_the_step_without_a_checkpoint_of_it(small_records, sample_spm,
                                                                                     tmp_path):
     cfg = tiny_config(small_records, tmp_path / "m", learning_rate=1e30, warmup_steps=0, train_steps=10,
@@ -57,6 +58,7 @@ def test_a_non_finite_loss_stops_training_naming_the_step_without_a_checkpoint_o
     assert not (tmp_path / "hf").exists()
 
 
+@pytest.mark.slow
 def test_max_loss_stops_a_diverging_run_through_the_command(small_records, tmp_path):
     model_dir = tmp_path / "m"
     result = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--learning_rate=100",
@@ -91,6 +93,7 @@ def six_steps(small_records, tmp_path_factory):
 
 
 @pytest.mark.parametrize("damage", ["deleted", "truncated"])
+@pytest.mark.slow
 def test_a_damaged_newest_checkpoint_is_passed_over_and_the_resumed_run_equals_an_uninterrupted_one(
         small_records, six_steps, tmp_path, caplog, damage):
     whole_dir, whole_losses = six_steps
@@ -123,6 +126,7 @@ def test_a_damaged_newest_checkpoint_is_passed_over_and_the_resumed_run_equals_a
     ("--device_memory=0GB", "--device_memory='0GB': give a size above 0 bytes, or off to plan for no device memory "
                             "(no check)"),
 ])
+@pytest.mark.slow
 def test_a_training_flag_out_of_range_is_one_line_before_any_work(small_records, tmp_path, flag, message):
     model_dir = tmp_path / "m"
     line = _one_line(run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"),
