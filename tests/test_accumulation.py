@@ -38,7 +38,7 @@ MODEL = C.XLNetConfig(n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=24, ff_
 
 @pytest.fixture(scope="module")
 def cache(sample_spm, tmp_path_factory):
-    """A cache-backed save_dir (create --nowrite_records): bi_data, 16 rows of 16 tokens, about 30 steps a pass."""
+    """A cache-backed save_dir (create --nowrite_records): bi_data, 16 rows of 16 tokens, 43 steps a pass."""
     text_dir = tmp_path_factory.mktemp("text")
     lines = (SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:60]
     (text_dir / "emma.txt").write_text("\n".join(lines) + "\n")
