@@ -57,10 +57,11 @@ def small_records(sample_spm, tmp_path_factory):
 
 
 def tiny_config(record_dir, model_dir, **changes):
-    """A TrainConfig for the records above and a tiny model (what the CLI builds from TINY_SHAPE)."""
+    """A TrainConfig for the records above and a tiny model (what the CLI builds from TINY_SHAPE; n_layer=1 where
+    nothing checked depends on the depth)."""
     record_dirs = ",".join(os.path.join(d, "tfrecords") for d in str(record_dir).split(","))
-    model = C.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu",
-                          untie_r=True, n_token=1000)
+    model = C.XLNetConfig(n_layer=changes.pop("n_layer", 2), d_model=32, n_head=2, d_head=16, d_inner=64,
+                          ff_activation="gelu", untie_r=True, n_token=1000)
     run = C.RunConfig(mem_len=changes.pop("mem_len", 32), reuse_len=32, bi_data=True)
     data = C.InputConfig(seq_len=64, reuse_len=32, perm_size=32, bsz_per_host=8, num_predict=10, uncased=True,
                          num_passes=changes.pop("data_num_passes", None))
