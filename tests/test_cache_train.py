@@ -44,8 +44,9 @@ def both(sample_spm, tmp_path_factory):
 
 
 def config(save_dir, model_dir, dropout=0.1, **changes):
-    """test_train's tiny config, with dropout (its generator's state is part of what must resume)."""
-    cfg = tiny_config(save_dir, model_dir, **changes)
+    """test_train's tiny config on one layer, with dropout (its generator's state is part of what must resume). One
+    layer: these tests check that the cache gives the records' rows (a wrong row changes the loss at any depth)."""
+    cfg = tiny_config(save_dir, model_dir, **{"n_layer": 1, **changes})
     return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dropout=dropout))
 
 
@@ -120,7 +121,6 @@ def test_each_input_pipeline_makes_only_its_rows_and_gets_the_records_batches(bo
 
 # One layer: what is checked is which rows each replica reads, not the model.
 TWO_REPLICAS = """
-import dataclasses
 import os
 import sys
 import numpy as np
@@ -133,8 +133,7 @@ from xlnet_data.pretrain import training as T
 losses = []
 for save_dir, model_dir in ((sys.argv[2], sys.argv[4]), (sys.argv[3], sys.argv[5])):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    cfg = config(save_dir, model_dir, train_steps=6, strategy="mirrored")
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layer=1))
+    cfg = config(save_dir, model_dir, train_steps=6, strategy="mirrored")  # one layer, as config() makes
     losses.append(T.train(cfg, strategy=strategy).losses)
 assert len(losses[0]) == 6
 np.testing.assert_array_equal(losses[1], losses[0])
@@ -174,8 +173,8 @@ def test_train_gpu_logs_the_records_losses_from_the_cache_and_a_missing_cache_is
     from conftest import run_module
     from test_train import TINY_SHAPE
     _, cache = both
-    same_config = [*TINY_SHAPE, "--mem_len=32", "--learning_rate=1e-3", "--warmup_steps=10", "--dropout=0.1",
-                   "--strategy=one_device", f"--train_steps={len(whole)}", "--iterations=1"]
+    same_config = [*TINY_SHAPE, "--n_layer=1", "--mem_len=32", "--learning_rate=1e-3", "--warmup_steps=10",
+                   "--dropout=0.1", "--strategy=one_device", f"--train_steps={len(whole)}", "--iterations=1"]
     result = run_module("xlnet_data.train_gpu", f"--record_info_dir={cache}", f"--model_dir={tmp_path / 'm'}",
                         *same_config)
     assert result.returncode == 0, result.stderr[-3000:]
