@@ -75,6 +75,7 @@ def assert_same_batches(got, want):
 
 @needs_shared
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.slow
 def test_the_cache_gives_the_golden_records_batches_over_whole_passes(cache_dirs, case):
     save_dir, config = cache_dirs[case]
     assert not list(Path(save_dir, "tfrecords").glob("*.tfrecords*"))  # no records written
@@ -106,6 +107,7 @@ def test_a_cache_units_records_are_createss_bytes(cache_dirs, tmp_path):
 
 
 @needs_shared
+@pytest.mark.slow
 def test_the_stream_starts_anywhere_and_cycles_like_the_records(cache_dirs):
     """start (a resume's first record, mid-pass, past the end) and repeat, as the records' skip and repeat."""
     save_dir, config = cache_dirs["g6_num_passes"]

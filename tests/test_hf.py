@@ -146,6 +146,7 @@ def test_trained_model_export_gives_our_log_probs(trained, records):
 @needs_shared
 @needs_transformers
 @pytest.mark.parametrize("case", MODEL_CASES)
+@pytest.mark.slow
 def test_golden_export_gives_the_originals_log_probs(case, tmp_path):
     directory = SHARED / "golden_model" / case
     _ok(run_module("xlnet_data.export_hf", f"--checkpoint={directory / 'model.ckpt'}", f"--sp_path={XLNET_SPM}",
@@ -162,6 +163,7 @@ def test_golden_export_gives_the_originals_log_probs(case, tmp_path):
 
 # ----- export -> import -> export ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_export_import_export_is_identical(trained, records, sample_spm, tmp_path):
     """Through train_gpu: import the export, one step at learning rate 0, export again: the same tensors."""
     _, export_dir, _ = trained
@@ -266,6 +268,7 @@ def test_sharded_and_bfloat16_weights_are_read(trained, tmp_path):
 
 # ----- importing into train_gpu ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_import_continues_training_where_it_left_off(trained, records, tmp_path):
     """From the export, train_gpu takes the run's mem_len from its xlnet_pretraining.json (config.json has none) and
     logs the losses it logs from the checkpoint itself."""
@@ -392,6 +395,7 @@ def test_import_refuses_another_vocabulary_or_shape_in_one_line(trained, records
 
 # ----- export_hf's own checks -------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_export_refuses_in_one_line(trained, records, sample_spm, tmp_path):
     model_dir, export_dir, _ = trained
     cases = [
@@ -441,6 +445,7 @@ def test_training_records_keep_accents_for_export(tmp_path):
     assert resume.records_keep_accents(str(tmp_path / "bare")) is None  # not known: export_hf's flag decides
 
 
+@pytest.mark.slow
 def test_export_of_an_original_checkpoint_reads_its_tensors(tmp_path, sample_spm):
     """A TF1-style checkpoint with the original's names (as the goldens are) exports tensor for tensor."""
     config = C.XLNetConfig(n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=12, ff_activation="gelu", untie_r=True,

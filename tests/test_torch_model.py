@@ -104,6 +104,7 @@ def test_m3_sharp_sees_a_transposed_perm_mask_and_flipped_segments(golden_models
 
 @needs_shared
 @pytest.mark.parametrize("case", MODEL_CASES)
+@pytest.mark.slow
 def test_tf_free_reader_reads_the_golden_checkpoints_as_tensorflow_does(case):
     tf = pytest.importorskip("tensorflow")
     prefix = str(SHARED / "golden_model" / case / "model.ckpt")
@@ -172,6 +173,7 @@ def _assert_equals_hf(model, batches, mems, atol=1e-9):
 
 @needs_shared
 @pytest.mark.parametrize("case", MODEL_CASES)
+@pytest.mark.slow
 def test_goldens_equal_transformers_in_float64(case, golden_models, hf_float64):
     model, _, features = golden_models[case]
     model = TM.XLNet(model.config, model.run).double().eval()

@@ -183,6 +183,7 @@ def test_a_peak_tflops_that_is_not_a_positive_number_is_refused(tmp_path, value)
     assert tiny_config(tmp_path, tmp_path / "m", peak_tflops=989.4).peak_tflops == 989.4
 
 
+@pytest.mark.slow
 def test_the_command_refuses_bad_numbers_and_a_dry_run_that_cannot_fit_in_one_line(split_records, tmp_path):
     """Through train_torch: exit status 2, one line, nothing written to the model_dir."""
     from conftest import run_module
@@ -260,6 +261,7 @@ def test_the_dry_run_makes_the_runs_checks_and_counts_its_held_out_evaluations(s
                                                   "xlnet_config.json"]
 
 
+@pytest.mark.slow
 def test_the_run_holds_the_readers_lock_and_a_records_file_gone_ends_it_after_a_checkpoint(split_records, tmp_path,
                                                                                            monkeypatch):
     """create --overwrite's check (the readers' lock, datagen/job.py) refuses while the run reads; a records file
@@ -419,6 +421,7 @@ def _torchrun(*args, timeout=300):
                           capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_two_ranks_evaluate_as_one(split_records, tmp_path):
     """Each rank evaluates its own rows (data.py's split of every step, as train_gpu's replicas), the sums meet in
     float64: the same held-out loss and accuracy as one rank, to 1e-6."""
@@ -460,6 +463,7 @@ def test_a_lost_rank_ends_in_one_line(tmp_path):
         "); every rank stops: start them all again to resume from the last checkpoint in models/m"), line
 
 
+@pytest.mark.slow
 def test_two_ranks_train_as_one_rank_with_the_same_global_batch(split_records, tmp_path):
     """torchrun, gloo on the CPU, 2 ranks of 2 rows (a forward and its backward row each) against 1 rank of 4:
     every logged loss within 1e-5, and the same weights at the end."""

@@ -80,6 +80,7 @@ def trained(records, tmp_path_factory):
     return cfg, T.train(cfg, device="cpu")
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_sigterm_and_resumed_ends_with_the_uninterrupted_runs_weights(trained, tmp_path,
                                                                                        monkeypatch):
     cfg, whole = trained
@@ -109,6 +110,7 @@ def test_a_run_stopped_by_sigterm_and_resumed_ends_with_the_uninterrupted_runs_w
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_the_model_dir_is_a_transformers_model_that_gives_our_logits_and_fine_tunes(trained):
     transformers = pytest.importorskip("transformers")
     cfg, whole = trained
@@ -176,6 +178,7 @@ def test_micro_batches_and_recomputation_give_one_passs_loss_and_gradients(recor
 
 # ----- train_gpu's steps ------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_twenty_steps_equal_train_gpus_from_the_same_weights_and_permutations(records, other_records, tmp_path):
     pytest.importorskip("tensorflow")
     from xlnet_data.pretrain import inputs as ip
@@ -229,6 +232,7 @@ def test_the_commands_import_path_holds_no_tensorflow():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_one_line_errors_for_a_model_dir_of_another_shape_or_of_records_of_another_sentencepiece_model(trained,
                                                                                                        records, tmp_path):
     cfg, _ = trained
@@ -254,6 +258,7 @@ def test_one_line_errors_for_a_model_dir_of_another_shape_or_of_records_of_anoth
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_export_hf_reads_the_model_dir_as_its_latest_checkpoint(trained, tmp_path):
     from safetensors.numpy import load_file
 

@@ -27,10 +27,11 @@ def _files(model_dir):
     return sorted(os.listdir(model_dir))
 
 
+@pytest.mark.slow
 def test_a_non_finite_loss_stops_training_naming_the_step_without_a_checkpoint_of_it(small_records, sample_spm,
                                                                                     tmp_path):
     cfg = tiny_config(small_records, tmp_path / "m", learning_rate=1e30, warmup_steps=0, train_steps=10,
-                      save_steps=1, iterations=1)
+                      save_steps=1, iterations=1, n_layer=1)
     with pytest.raises(reporting.DivergedError) as stopped:
         T.train(cfg)
     message = str(stopped.value)
@@ -57,6 +58,7 @@ def test_a_non_finite_loss_stops_training_naming_the_step_without_a_checkpoint_o
     assert not (tmp_path / "hf").exists()
 
 
+@pytest.mark.slow
 def test_max_loss_stops_a_diverging_run_through_the_command(small_records, tmp_path):
     model_dir = tmp_path / "m"
     result = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--learning_rate=100",
@@ -86,15 +88,17 @@ def test_rotating_out_a_clearly_better_checkpoint_is_said(tmp_path, caplog, new_
 @pytest.fixture(scope="module")
 def six_steps(small_records, tmp_path_factory):
     """An uninterrupted run of 6 steps, a checkpoint every 2."""
-    cfg = tiny_config(small_records, tmp_path_factory.mktemp("whole"), train_steps=6, save_steps=2, iterations=2)
+    cfg = tiny_config(small_records, tmp_path_factory.mktemp("whole"), train_steps=6, save_steps=2, iterations=2,
+                      n_layer=1)
     return cfg.model_dir, T.train(cfg).losses
 
 
 @pytest.mark.parametrize("damage", ["deleted", "truncated"])
+@pytest.mark.slow
 def test_a_damaged_newest_checkpoint_is_passed_over_and_the_resumed_run_equals_an_uninterrupted_one(
         small_records, six_steps, tmp_path, caplog, damage):
     whole_dir, whole_losses = six_steps
-    T.train(tiny_config(small_records, tmp_path / "pieces", train_steps=4, save_steps=2, iterations=2))
+    T.train(tiny_config(small_records, tmp_path / "pieces", train_steps=4, save_steps=2, iterations=2, n_layer=1))
     data = tmp_path / "pieces" / "model.ckpt-4.data-00000-of-00001"
     if damage == "deleted":
         data.unlink()
@@ -102,7 +106,8 @@ def test_a_damaged_newest_checkpoint_is_passed_over_and_the_resumed_run_equals_a
         with open(data, "r+b") as f:
             f.truncate(data.stat().st_size // 2)
     caplog.set_level(logging.WARNING, logger="xlnet_data")
-    resumed = T.train(tiny_config(small_records, tmp_path / "pieces", train_steps=6, save_steps=2, iterations=2))
+    resumed = T.train(tiny_config(small_records, tmp_path / "pieces", train_steps=6, save_steps=2, iterations=2,
+                                  n_layer=1))
     [line] = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
     assert line.startswith(f"checkpoint {tmp_path / 'pieces' / 'model.ckpt-4'} cannot be read (")
     assert line.endswith(f"resuming from {tmp_path / 'pieces' / 'model.ckpt-2'}, the one before it")
@@ -123,6 +128,7 @@ def test_a_damaged_newest_checkpoint_is_passed_over_and_the_resumed_run_equals_a
     ("--device_memory=0GB", "--device_memory='0GB': give a size above 0 bytes, or off to plan for no device memory "
                             "(no check)"),
 ])
+@pytest.mark.slow
 def test_a_training_flag_out_of_range_is_one_line_before_any_work(small_records, tmp_path, flag, message):
     model_dir = tmp_path / "m"
     line = _one_line(run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"),
