@@ -1,6 +1,9 @@
 """create's plan before the first byte (datagen/resources.py): its estimates, and its refusals of what cannot fit,
 with a small memory or disk given to the pure functions; and the machine's figures read where they are."""
 
+import os
+from pathlib import Path
+
 import pytest
 
 from xlnet_data.datagen import resources
@@ -10,16 +13,16 @@ MB = 1 << 20
 LAYOUT = Layout(seq_len=512, reuse_len=256, bi_data=True, write_records=True, cache_bytes_per_token=2.125)
 
 
-def task(number=0, mbytes=400, largest=10, passes=20, in_memory=False):
-    return TaskSize(number, mbytes * MB, largest * MB, passes, in_memory, cache_complete=False)
+def task(number=0, mbytes=400, passes=20, in_memory=False):
+    return TaskSize(number, mbytes * MB, passes, in_memory, cache_complete=False)
 
 
 def machine(memory_mb=4000, disk_mb=100_000):
     return Machine(memory_mb * MB, "cgroup memory.max", disk_mb * MB, "/data")
 
 
-def plan(tasks, workers=2, layout=LAYOUT, machine_=None):
-    return resources.fitted(tasks, layout, 4.0, 25.0, workers, machine_ or machine())
+def plan(tasks, workers=2, layout=LAYOUT, machine_=None, compile_cold=False):
+    return resources.fitted(tasks, layout, 4.0, 25.0, workers, machine_ or machine(), compile_cold)
 
 
 def test_the_estimates_follow_the_readme_figures():
@@ -75,9 +78,48 @@ def test_memory_that_one_worker_cannot_fit_names_what_can():
     why = resources.refusal(plan([task(mbytes=1)], workers=1, machine_=tiny), LAYOUT, tiny)
     assert why.endswith("a worker needs ~252 MB whatever the corpus (Python, the compiled loop, its buffers); give "
                         "the run more memory")
-    big_file = plan([task(largest=2000)], workers=1, machine_=machine(memory_mb=2000))
-    why = resources.refusal(big_file, LAYOUT, machine(memory_mb=2000))
-    assert "the largest file (2.1 GB)" in why and "prepare --num_shards" in why
+    roomy = machine(memory_mb=2000, disk_mb=400_000)
+    one_file = plan([task(mbytes=2000)], workers=1, machine_=roomy)  # a file of 2 GB, encoded a block at a time
+    assert one_file.encode_memory == (200 + 24) * MB and resources.refusal(one_file, LAYOUT, roomy) is None
+
+
+def test_a_cold_numba_cache_counts_the_compile_and_is_named_when_it_does_not_fit():
+    """A first run compiles the loops (~480 MiB a worker): counted where numba's cache is cold, and a refusal that
+    only the compile causes says so; warm, the same machine fits."""
+    small = machine(memory_mb=450)
+    warm, cold = plan([task(mbytes=40)], workers=1, machine_=small), plan([task(mbytes=40)], workers=1,
+                                                                          machine_=small, compile_cold=True)
+    assert resources.refusal(warm, LAYOUT, small) is None and cold.memory == 480 * MB
+    why = resources.refusal(cold, LAYOUT, small)
+    assert "numba's cache is cold, and a first run compiles the loops (~503 MB)" in why and "\n" not in why
+    assert "numba compiles the loops" in cold.line(machine())
+
+
+def test_the_plan_corrected_once_a_task_is_encoded_says_when_the_verdict_changes():
+    """Estimated at 4 bytes a token, task 0's 400 MiB counted as 200M tokens (2 bytes a token): the other task's
+    tokens double too, and its records no longer fit the disk."""
+    disk = machine(disk_mb=150_000)
+    before = plan([task(0), task(1)], machine_=disk)
+    assert resources.refusal(before, LAYOUT, disk) is None
+    line, why = resources.corrected(before, LAYOUT, disk, 0, 200 * MB)
+    assert "(2.00 input bytes a token, counted on task 0, 4.00 estimated; the verdict changes: it no longer fits)" \
+        in line and line.startswith("plan: 2 task(s), ~419.4M tokens")
+    assert why.startswith("the token cache and records would take")
+    line, why = resources.corrected(before, LAYOUT, disk, 0, 100 * MB)  # as estimated: the same verdict
+    assert why is None and "4.00 input bytes a token, counted on task 0, 4.00 estimated)" in line
+
+
+def test_the_numba_cache_is_looked_for_where_numba_puts_it(tmp_path, monkeypatch):
+    from xlnet_data.common import compiled
+    monkeypatch.setattr(compiled, "CACHE_DIR", str(tmp_path))
+    assert resources.compiled_cold()
+    from numba.core.caching import _CacheLocator
+    for path, name in resources.COMPILED:
+        folder = tmp_path / _CacheLocator.get_suitable_cache_subpath(os.path.join(os.path.dirname(compiled.__file__),
+                                                                                  "..", path))
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{Path(path).stem}.{name}-12.py311.nbi").write_bytes(b"")
+    assert not resources.compiled_cold()
 
 
 def test_too_little_disk_names_nowrite_records_or_another_disk():
