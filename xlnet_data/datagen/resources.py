@@ -39,8 +39,8 @@ PARENT_BYTES = 100 << 20  # the parent of several workers (the run itself: Pytho
 ENCODE_BUFFER_BYTES = 24 << 20  # a block of text being encoded (corpus.READ_BLOCK_BYTES: its lines, ids, flags and
 #                                  temporaries) and the cache's chunk being written; create's peak while encoding one
 #                                  file of 4 MB and one of 40 MB of text: 222 and 226 MB (sampled)
-COMPILE_BYTES = 480 << 20  # a worker's peak while numba compiles the loops (its cache cold): 414 MB encoding and
-#                            480 MB in the first unit, measured on 40 MB of text (10.4M tokens)
+COMPILE_BYTES = 480 << 20  # a worker's peak while numba compiles the loops (its cache cold): 486 MB on 2 MB of text
+#                            (bench_create_memory's first run), 414 MB encoding and 480 MB in the first unit on 40 MB
 COMPILED = (("dataformat/examples/loop.py", "_write_steps"), ("datagen/utf8_lines.py", "_check_utf8"))  # one a stage
 IN_MEMORY_BYTES_PER_TOKEN = 6.5  # a task's stream held for its one pass: ids int32, flags, the files' chunks
 BOUNDARY_BYTES = 8  # a sentence boundary of the rows: int32, both ways
