@@ -132,6 +132,8 @@ def test_too_little_disk_names_nowrite_records_or_another_disk():
                   "a disk with ~52.2 GB free"
     no_records = Layout(512, 256, True, write_records=False, cache_bytes_per_token=2.125)
     assert resources.refusal(plan(tasks, layout=no_records), no_records, machine(disk_mb=300)) is None
+    assert resources.refusal(plan(tasks, layout=no_records), no_records, machine(disk_mb=30)).startswith(
+        "the token cache would take ~223 MB but /data has 31 MB free; use a --save_dir on a disk with ~223 MB free")
 
 
 def test_the_machine_is_read_from_the_cgroup_or_meminfo_and_the_nearest_existing_folder(tmp_path):

@@ -196,8 +196,9 @@ def refusal(plan: ResourcePlan, layout: Layout, machine: Machine) -> Optional[st
         return (f"{what}: one worker needs ~{mb(plan.unit_memory)} with the sentence boundaries of its task; a "
                 "larger --num_task (fewer tokens a task; it changes which examples are made) fits, or more memory")
     if plan.disk > machine.disk_free:
-        what = (f"the token cache and records would take ~{mb(plan.disk)} but {machine.disk_path} has "
-                f"{mb(machine.disk_free)} free")
+        written = " and ".join(name for nbytes, name in ((plan.cache_disk, "token cache"), (plan.records_disk, "records"))
+                               if nbytes)
+        what = f"the {written} would take ~{mb(plan.disk)} but {machine.disk_path} has {mb(machine.disk_free)} free"
         no_records = plan.cache_disk + sum(plan.task_tokens(t) * layout.cache_bytes_per_token
                                            for t in plan.tasks if t.in_memory and not t.cache_complete)
         if plan.records_disk and no_records <= machine.disk_free:
