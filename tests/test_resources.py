@@ -153,3 +153,19 @@ def test_the_sample_measures_bytes_a_token_of_the_model(tmp_path, sample_spm):
     assert per_token == pytest.approx(len(text.encode()) / tokens) and per_line == pytest.approx(tokens / 200)
     (tmp_path / "ids.txt").write_text("5 6 7\n8 9\n")
     assert resources.sample_bytes_per_token([str(tmp_path / "ids.txt")], sp, False) == (10 / 5, 2.5)
+
+
+def test_a_run_whose_corrected_plan_no_longer_fits_stops_after_its_first_encoded_task():
+    """create's on_encoded (job._correction): once, for the first task this run encodes (a found cache is not
+    counted again), one line; CreateError naming the change where the count no longer fits."""
+    from xlnet_data.datagen import job
+    from xlnet_data.datagen.encode import EncodeResult
+    from xlnet_data.datagen.plan import CreateError
+    disk = machine(disk_mb=150_000)
+    on_encoded = job._correction((plan([task(0), task(1)], machine_=disk), LAYOUT, disk))
+    on_encoded(EncodeResult(1, encoded=False, tokens=10))  # found, not encoded: no correction
+    with pytest.raises(CreateError, match=r"^the token cache and records would take .* \(corrected once task 0 was "
+                                          r"encoded\); the token caches encoded so far are kept"):
+        on_encoded(EncodeResult(0, encoded=True, tokens=200 * MB))
+    on_encoded(EncodeResult(1, encoded=True, tokens=200 * MB))  # once only
+    assert job._correction(None) is None  # Beam, or a gs:// save_dir: no plan
