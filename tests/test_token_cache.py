@@ -177,6 +177,8 @@ def one_worker(tmp_path_factory):
     result = create_g6(save_dir, "--num_workers=1")
     assert result.stderr.count("into its token cache") == 2  # two tasks, each encoded once for its three passes
     assert not (save_dir / "token_cache").exists()
+    # the plan again once the first task is encoded, its tokens counted (resources.corrected)
+    assert result.stderr.count("input bytes a token, counted on task 0, ") == 1
     return save_dir
 
 
@@ -184,7 +186,7 @@ def one_worker(tmp_path_factory):
 @pytest.mark.parametrize("workers", [2, 4])
 def test_multi_pass_runs_are_identical_for_any_number_of_workers(one_worker, tmp_path, workers):
     result = create_g6(tmp_path, f"--num_workers={workers}")
-    assert result.stderr.count("into its token cache") == 2
+    assert result.stderr.count("into its token cache") == 2 and result.stderr.count(", counted on task ") == 1
     assert_same_records(one_worker, tmp_path)
     assert not (tmp_path / "token_cache").exists()
 
