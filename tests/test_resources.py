@@ -1,6 +1,7 @@
 """create's plan before the first byte (datagen/resources.py): its estimates, and its refusals of what cannot fit,
 with a small memory or disk given to the pure functions; and the machine's figures read where they are."""
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -47,6 +48,8 @@ def test_a_plan_that_fits_is_one_line_and_no_refusal():
     line = fit.line(machine())
     assert "\n" not in line and line.startswith("plan: 2 task(s), ~209.7M tokens (4.00 input bytes a token")
     assert "of 4.2 GB available (cgroup memory.max)" in line and "free on /data" in line
+    counted = [dataclasses.replace(size, cache_complete=True, tokens=50_000_000) for size in fit.tasks]
+    assert "~100.0M tokens (4.00 input bytes a token, counted in their token caches)" in plan(counted).line(machine())
 
 
 def test_too_little_memory_names_the_workers_that_fit():
@@ -169,3 +172,13 @@ def test_a_run_whose_corrected_plan_no_longer_fits_stops_after_its_first_encoded
         on_encoded(EncodeResult(0, encoded=True, tokens=200 * MB))
     on_encoded(EncodeResult(1, encoded=True, tokens=200 * MB))  # once only
     assert job._correction(None) is None  # Beam, or a gs:// save_dir: no plan
+
+
+def test_memory_left_below_a_token_cache_is_said_in_the_line():
+    """A unit draws its B anywhere in its task's cache: where the page cache left cannot hold it, the line says the
+    reads go to the disk (it fits, slowly); with room, nothing is said."""
+    tight = machine(memory_mb=400)
+    line = plan([task(mbytes=400)], workers=1, machine_=tight).line(tight)  # cache ~223 MB, ~134 MB left
+    assert line.endswith("free on /data; only ~134 MB left for the page cache of a ~223 MB token cache: its units "
+                         "will read it from the disk, slowly (more memory, or a larger --num_task, keeps it cached)")
+    assert "page cache" not in plan([task(mbytes=400)], workers=1).line(machine())
