@@ -29,14 +29,14 @@ def plan(tasks, workers=2, layout=LAYOUT, machine_=None, compile_cold=False):
 def test_the_estimates_follow_the_readme_figures():
     """400 MB of text at 4 bytes a token: 100M tokens (read as 104.9M: MB is 2**20 here); records ~25 bytes a
     token a pass with bi_data at seq_len 512 (README), the cache 2.1 bytes a token; a mapped unit's memory
-    does not grow with its tokens but by its boundaries (8 bytes a line of 25 tokens)."""
+    does not grow with its tokens but by its boundaries (4 bytes a line of 25 tokens)."""
     small, large = plan([task(mbytes=40)]), plan([task(mbytes=400)])
     tokens = 400 * MB / 4
     assert large.tokens == pytest.approx(tokens, rel=1e-6)
     assert large.records_disk == pytest.approx(tokens * 20 * 2 * 512 * 6.2 / 256, rel=1e-6)  # 24.8 a token a pass
     assert large.cache_disk == pytest.approx(tokens * 2.125, rel=1e-6)
     growth = (large.unit_memory - small.unit_memory) / (large.tokens - small.tokens)
-    assert growth == pytest.approx(8 / 25, rel=1e-3)
+    assert growth == pytest.approx(4 / 25, rel=1e-3)
     in_memory = plan([task(mbytes=400, passes=1, in_memory=True)], machine_=machine(memory_mb=100_000))
     assert in_memory.unit_memory - large.unit_memory == pytest.approx(tokens * 6.5, rel=1e-3)
     assert in_memory.cache_disk == 0  # a task encoded in memory writes no cache
@@ -53,11 +53,11 @@ def test_a_plan_that_fits_is_one_line_and_no_refusal():
 
 
 def test_too_little_memory_names_the_workers_that_fit():
-    """Four workers of ~272 MiB (their own 200, buffers 40, boundaries 32) and their parent's 100: 1,188 MiB; three
+    """Four workers of ~256 MiB (their own 200, buffers 40, boundaries 16) and their parent's 100: 1,124 MiB; three
     and the parent fit 1,000."""
     fit = plan([task(0), task(1), task(2), task(3)], workers=4, machine_=machine(memory_mb=1000))
     why = resources.refusal(fit, LAYOUT, machine(memory_mb=1000))
-    assert why == ("create would hold ~1.2 GB (4 worker(s) x ~285 MB) but 1.0 GB of memory is available "
+    assert why == ("create would hold ~1.2 GB (4 worker(s) x ~268 MB) but 1.0 GB of memory is available "
                    "(cgroup memory.max); --num_workers=3 fits")
     assert "\n" not in why
 
@@ -74,9 +74,9 @@ def test_a_one_pass_task_too_large_for_memory_goes_through_its_cache_instead():
 
 
 def test_memory_that_one_worker_cannot_fit_names_what_can():
-    too_small = machine(memory_mb=250)  # a unit: ~272 MiB, with its boundaries
+    too_small = machine(memory_mb=250)  # a unit: ~256 MiB, with its boundaries
     why = resources.refusal(plan([task()], workers=1, machine_=too_small), LAYOUT, too_small)
-    assert "one worker needs ~285 MB with the sentence boundaries of its task" in why and "--num_task" in why
+    assert "one worker needs ~268 MB with the sentence boundaries of its task" in why and "--num_task" in why
     tiny = machine(memory_mb=150)  # less than a worker holds on any corpus
     why = resources.refusal(plan([task(mbytes=1)], workers=1, machine_=tiny), LAYOUT, tiny)
     assert why.endswith("a worker needs ~252 MB whatever the corpus (Python, the compiled loop, its buffers); give "
@@ -178,7 +178,7 @@ def test_memory_left_below_a_token_cache_is_said_in_the_line():
     """A unit draws its B anywhere in its task's cache: where the page cache left cannot hold it, the line says the
     reads go to the disk (it fits, slowly); with room, nothing is said."""
     tight = machine(memory_mb=400)
-    line = plan([task(mbytes=400)], workers=1, machine_=tight).line(tight)  # cache ~223 MB, ~134 MB left
-    assert line.endswith("free on /data; only ~134 MB left for the page cache of a ~223 MB token cache: its units "
+    line = plan([task(mbytes=400)], workers=1, machine_=tight).line(tight)  # cache ~223 MB, ~151 MB left
+    assert line.endswith("free on /data; only ~151 MB left for the page cache of a ~223 MB token cache: its units "
                          "will read it from the disk, slowly (more memory, or a larger --num_task, keeps it cached)")
     assert "page cache" not in plan([task(mbytes=400)], workers=1).line(machine())

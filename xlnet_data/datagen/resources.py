@@ -13,7 +13,7 @@ The functions that decide are pure: the tests give them a small memory or disk.
 The figures (benchmarks/bench_create_memory.py measures a run's peak): a worker process with the compiled loop
 loaded holds about WORKER_BYTES, and COMPILE_BYTES while numba compiles the loops on a first run (its on-disk cache
 cold: compiled_cold); encoding a file holds a block of it (ENCODE_BUFFER_BYTES: each block is written to the
-token cache as it is read); a unit that reads a mapped token cache holds its rows' sentence boundaries (8 bytes each,
+token cache as it is read); a unit that reads a mapped token cache holds its rows' sentence boundaries (4 bytes each,
 about one a line) and its buffers, not its tokens; a task encoded in memory for its one unit holds its stream
 (IN_MEMORY_BYTES_PER_TOKEN). Records take RECORD_BYTES_PER_POSITION a position (seq_len of them for every
 reuse_len tokens of a row; twice with bi_data), the cache CACHE_BYTES_PER_TOKEN.
@@ -43,7 +43,7 @@ COMPILE_BYTES = 480 << 20  # a worker's peak while numba compiles the loops (its
 #                            (bench_create_memory's first run), 414 MB encoding and 480 MB in the first unit on 40 MB
 COMPILED = (("dataformat/examples/loop.py", "_write_steps"), ("datagen/utf8_lines.py", "_check_utf8"))  # one a stage
 IN_MEMORY_BYTES_PER_TOKEN = 6.5  # a task's stream held for its one pass: ids int32, flags, the files' chunks
-BOUNDARY_BYTES = 8  # a sentence boundary of the rows: int32, both ways
+BOUNDARY_BYTES = 4  # a sentence boundary of the rows: int32, held once (a reversed row reads it backwards)
 UNIT_BUFFER_BYTES = 40 << 20  # a unit's records buffer (units.CHUNK_BYTES), chunks read back, mapped pages
 RECORD_BYTES_PER_POSITION = 6.2  # a record's varints a position (input, target ~2 bytes each, is_masked, seg_id)
 SAMPLE_BYTES = 1 << 20  # of each of the first files, encoded to measure the bytes a token
