@@ -1,37 +1,53 @@
-"""Resident memory against the corpus's size (issue 45): create, and train_gpu's cache input, at two sizes.
+"""Resident memory against the corpus's size (issue 45): create, and the trainers' cache input, at two sizes.
 
-    python benchmarks/bench_create_memory.py [--sizes_mb=10,100] [--core=0] [--code=DIR --label=base]
+    python benchmarks/bench_create_memory.py [--sizes_mb=100,1000] [--core=0] [--corpus=shared|sample]
+                                             [--code=DIR --label=base]
 
-For each size, a corpus of that many MB (sample_corpus/ repeated into 8 files), then, each in a fresh process
-pinned to `--core` (the machine may be shared: the figures are per process), its peak resident memory
-(/usr/bin/time's maximum RSS, the page cache apart but mapped pages counted while mapped) and CPU time:
+For each size, a corpus of that many MB in 8 files: ../shared's seven books (data/corpus_en) repeated, each repeat
+with its lines in another seeded order (--corpus=shared, the default where ../shared is), or sample_corpus/
+repeated as it is (--corpus=sample). Then, each in a fresh process pinned to `--core` (the machine may be shared:
+the figures are per process), its peak resident memory two ways, and its CPU time:
 
-  create 2 passes   create --num_passes=2 (the passes read the task's token cache), records written
+  maxrss    /usr/bin/time's maximum RSS (the kernel's high-water mark, read at exit; it misses the mapped pages
+            that a unit drops with madvise before the mark is next updated)
+  sampled   VmRSS read every 20 ms: the mapped token cache's pages counted while mapped (page cache the kernel
+            may reclaim: a cgroup's limit drops them, it does not kill for them)
+
+  create 2 passes   create --num_passes=2 --keep_cache (the passes read the task's mapped token cache), records
+                    written
+  cache input       the records of a --nowrite_records save_dir (the same cache, its pass 0) made from the token
+                    cache by the input pipeline's generator (dataformat/examples/generated.py's GeneratedStream,
+                    what train_gpu's, train_torch's (pretrain_torch/data.py) and dump's cache input run; without
+                    TensorFlow or PyTorch, whose own memory does not grow with the corpus)
   create 1, memory  create --num_passes=1: the task encoded in memory for its one unit (the in-memory path)
   create 1, cache   create --num_passes=1 --keep_cache: the same unit from its mapped token cache
-  cache input       the records of a --nowrite_records save_dir made from the token cache by the input
-                    pipeline's generator (dataformat/examples/generated.py's GeneratedStream, what train_gpu's
-                    and dump's cache input run; without TensorFlow, whose own memory does not grow with the corpus)
 
+The last two (the speed of the mapped cache against the in-memory path) at the smallest size only.
 With `--code=DIR` (a checkout of another commit, e.g. `git archive d6719e9 | tar -x -C DIR`) the rows of its code
 (PYTHONPATH=DIR; the two runs with --num_passes=1 apart, which an older create may not tell apart).
-Prints the rows, then the growth in bytes a token between the
-smallest and largest size, and tokens/s (the corpus's tokens over the process's CPU time).
-Output: Markdown lines for BENCHMARKS.md.
+Prints the rows, then the growth in bytes a token between the smallest and largest size, and tokens/s (the
+corpus's tokens over the process's CPU time). Output: Markdown lines for BENCHMARKS.md.
 """
 
 import argparse
 import os
+import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_cache import CONFIGS, SP_PATH, make_corpus  # noqa: E402
 from run_all import cpu_name  # noqa: E402
+
+SHARED_BOOKS = ROOT.parent / "shared" / "data" / "corpus_en"
+NUM_FILES = 8
 
 GENERATE = """
 import sys
@@ -42,17 +58,75 @@ print("records", sum(len(lengths) for _, _, lengths in stream.chunks()))
 """
 
 
+def shuffled_corpus(directory, size_mb, num_files):
+    """`num_files` files of size_mb / num_files MB: the shared books one after another, again and again, each
+    time with its lines in another order (seeded) and a blank line after it (a document each)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    books = [[line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+             for path in sorted(SHARED_BOOKS.glob("*.txt"))]
+    rng, per_file = random.Random(0), int(size_mb * 1e6 / num_files)
+    for i in range(num_files):
+        with open(directory / f"part{i}.txt", "w", encoding="utf-8") as f:
+            written = 0
+            while written < per_file:
+                for lines in books:
+                    rng.shuffle(lines)
+                    written += f.write("\n".join(lines) + "\n\n")
+                    if written >= per_file:
+                        break
+    return str(directory / "*.txt")
+
+
+def _sampled_peak(process, peak):
+    """Reads the process's VmRSS every 20 ms into peak[0] while it runs."""
+    while process.poll() is None:
+        try:
+            with open(f"/proc/{process.pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        peak[0] = max(peak[0], int(line.split()[1]) * 1024)
+        except OSError:
+            pass
+        time.sleep(0.02)
+
+
 def run(code_root, core, args):
-    """(peak RSS bytes, CPU seconds (user + system: a shared core's neighbours do not count), stderr) of
-    `python args` in a fresh process pinned to `core`."""
+    """(maxrss bytes, sampled peak RSS bytes, CPU seconds (user + system: a shared core's neighbours do not
+    count), stderr) of `python args` in a fresh process pinned to `core`."""
     cmd = ["/usr/bin/time", "-f", "TIME %M %U %S", "taskset", "-c", str(core), sys.executable, *args]
-    result = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=str(code_root), TF_CPP_MIN_LOG_LEVEL="3"),
-                            capture_output=True, text=True, cwd=code_root)
-    found = re.findall(r"TIME (\d+) ([\d.]+) ([\d.]+)", result.stderr)
-    if result.returncode or not found:
-        raise SystemExit(f"{' '.join(args)} failed:\n{result.stderr[-3000:]}")
+    process = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=str(code_root), TF_CPP_MIN_LOG_LEVEL="3"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=code_root)
+    peak = [0]
+    # /usr/bin/time's child is the pinned Python: sample it, not time itself
+    sampler = threading.Thread(target=_sampled_peak, args=(_Child(process), peak), daemon=True)
+    sampler.start()
+    _, stderr = process.communicate()
+    sampler.join()
+    found = re.findall(r"TIME (\d+) ([\d.]+) ([\d.]+)", stderr)
+    if process.returncode or not found:
+        raise SystemExit(f"{' '.join(args)} failed:\n{stderr[-3000:]}")
     rss_kb, user, system = found[-1]
-    return int(rss_kb) * 1024, float(user) + float(system), result.stderr
+    return int(rss_kb) * 1024, peak[0], float(user) + float(system), stderr
+
+
+class _Child:
+    """The process that /usr/bin/time runs (taskset execs Python in place), found once it is there."""
+
+    def __init__(self, process):
+        self.process, self._pid = process, None
+
+    def poll(self):
+        return self.process.poll()
+
+    @property
+    def pid(self):
+        if self._pid is None:
+            try:
+                with open(f"/proc/{self.process.pid}/task/{self.process.pid}/children") as f:
+                    self._pid = int(f.read().split()[0])
+            except (OSError, IndexError):
+                return self.process.pid
+        return self._pid
 
 
 def tokens_of(stderr):
@@ -66,47 +140,54 @@ def create(code_root, core, corpus, save_dir, *extra):
 
 def rows_for(code_root, core, corpus, work, one_pass):
     rows = {}
-    rss, seconds, err = create(code_root, core, corpus, f"{work}/two", "--num_passes=2")
+    rss, sampled, seconds, err = create(code_root, core, corpus, f"{work}/two", "--num_passes=2", "--keep_cache")
     tokens = tokens_of(err) // 2  # the summary counts each pass's tokens
-    rows["create 2 passes"] = (rss, seconds, tokens)
+    rows["create 2 passes"] = (rss, sampled, seconds, tokens)
+    # the same save_dir's pass 0 cache-backed (its cache found, not encoded again); its records removed
+    create(code_root, core, corpus, f"{work}/two", "--num_passes=1", "--nowrite_records", "--keep_cache")
+    rss, sampled, seconds, _ = run(code_root, core, ["-c", GENERATE, f"{work}/two"])
+    rows["cache input"] = (rss, sampled, seconds, tokens)
+    shutil.rmtree(f"{work}/two")
     if one_pass:
-        rss, seconds, err = create(code_root, core, corpus, f"{work}/one", "--num_passes=1")
-        rows["create 1, memory"] = (rss, seconds, tokens)
-        rss, seconds, err = create(code_root, core, corpus, f"{work}/one_cache", "--num_passes=1", "--keep_cache")
-        rows["create 1, cache"] = (rss, seconds, tokens)
-    create(code_root, core, corpus, f"{work}/cached", "--num_passes=1", "--nowrite_records")
-    rss, seconds, _ = run(code_root, core, ["-c", GENERATE, f"{work}/cached"])
-    rows["cache input"] = (rss, seconds, tokens)
+        for what, extra in (("create 1, memory", ()), ("create 1, cache", ("--keep_cache",))):
+            rss, sampled, seconds, err = create(code_root, core, corpus, f"{work}/one", "--num_passes=1", *extra)
+            rows[what] = (rss, sampled, seconds, tokens)
+            shutil.rmtree(f"{work}/one")
     return rows
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes_mb", default="10,100")
+    parser.add_argument("--sizes_mb", default="100,1000")
     parser.add_argument("--core", type=int, default=0)
+    parser.add_argument("--corpus", choices=("shared", "sample"), default="shared" if SHARED_BOOKS.is_dir() else "sample")
     parser.add_argument("--code", help="another checkout to measure instead of this one")
     parser.add_argument("--label", default="this", help="the code's name in the rows")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes_mb.split(",")]
     code_root = Path(args.code).resolve() if args.code else ROOT
-    print(f"CPU: {cpu_name()}; load {' '.join(f'{x:.2f}' for x in os.getloadavg())}; pinned to core {args.core}")
-    print("| code | MB of text | tokens | what | peak RSS (MB) | CPU (s) | tokens/s |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"CPU: {cpu_name()}; load {' '.join(f'{x:.2f}' for x in os.getloadavg())}; pinned to core {args.core}; "
+          f"corpus: {args.corpus}")
+    print("| code | MB of text | tokens | what | maxrss (MB) | sampled (MB) | CPU (s) | tokens/s |")
+    print("|---|---|---|---|---|---|---|---|")
     table = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for size in sizes:
-            corpus = make_corpus(Path(tmp, f"corpus{size}"), size, num_files=8)
-            work, name = Path(tmp, f"run{size}"), args.label
-            for what, (rss, seconds, tokens) in rows_for(code_root, args.core, corpus, work, not args.code).items():
-                table[name, size, what] = (rss, tokens)
-                print(f"| {name} | {size} | {tokens} | {what} | {rss / 1e6:.0f} | {seconds:.1f} | "
+    for size in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus = (shuffled_corpus(Path(tmp, "corpus"), size, NUM_FILES) if args.corpus == "shared" else
+                      make_corpus(Path(tmp, "corpus"), size, num_files=NUM_FILES))
+            work, name = Path(tmp, "run"), args.label
+            for what, (rss, sampled, seconds, tokens) in rows_for(code_root, args.core, corpus, work,
+                                                                  not args.code and size == sizes[0]).items():
+                table[name, size, what] = (rss, sampled, tokens)
+                print(f"| {name} | {size} | {tokens} | {what} | {rss / 1e6:.0f} | {sampled / 1e6:.0f} | {seconds:.1f} | "
                       f"{tokens / seconds:,.0f} |", flush=True)
     small, large = sizes[0], sizes[-1]
-    for (name, size, what), (rss, tokens) in sorted(table.items()):
+    for (name, size, what), (rss, sampled, tokens) in sorted(table.items()):
         if size == large and (name, small, what) in table:
-            rss0, tokens0 = table[name, small, what]
-            print(f"{name}, {what}: {(rss - rss0) / (tokens - tokens0):.2f} bytes a token of growth from {small} "
-                  f"to {large} MB")
+            rss0, sampled0, tokens0 = table[name, small, what]
+            print(f"{name}, {what}: {(rss - rss0) / (tokens - tokens0):.2f} bytes a token of growth (maxrss), "
+                  f"{(sampled - sampled0) / (tokens - tokens0):.2f} (sampled) from {small} to {large} MB")
+    print(f"load at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

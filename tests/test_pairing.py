@@ -62,13 +62,15 @@ def test_split_matches_the_walk_both_ways(lengths, tot_len, begin_frac, seed, st
     row_len = min(map(len, rows))
     sent_ids = np.stack([r[:row_len] for r in rows])
     bounds, offsets = row_boundaries(lambda: iter(sent_ids), len(rows), row_len)  # a row a chunk
-    for k in range(2 * len(rows)):
-        row = sent_ids[k % len(rows)][::1 if k < len(rows) else -1]
-        row_bounds = bounds[offsets[k]:offsets[k + 1]]
-        assert list(row_bounds) == [e for e in range(1, row_len) if row[e] != row[e - 1]]
+    for k in range(2 * len(rows)):  # each row forwards, then each read backwards from its forward list
+        reverse = k >= len(rows)
+        row = sent_ids[k % len(rows)][::-1 if reverse else 1]
+        row_bounds = bounds[offsets[k % len(rows)]:offsets[k % len(rows) + 1]]
+        if not reverse:
+            assert list(row_bounds) == [e for e in range(1, row_len) if row[e] != row[e - 1]]
         begin_idx = int(begin_frac * row_len)
         rand, mt = random.Random(seed), python_state(seed)
         expected = walk_split(row, begin_idx, tot_len, rand)
-        ok, *got = split_a_and_b(row_len, row_bounds, begin_idx, tot_len, mt)
+        ok, *got = split_a_and_b(row_len, row_bounds, reverse, begin_idx, tot_len, mt)
         assert (tuple(got) if ok else None) == expected
         assert next_uint32(mt) == rand.getrandbits(32)  # the same number of draws

@@ -76,6 +76,49 @@ def test_read_stream_equals_the_files_concatenated_at_any_bit_offset(tmp_path, s
     assert os.path.getsize(data_path) <= 2 * tokens + tokens / 8 + len(order) * 3  # uint16 ids, packed flags, padding
 
 
+def test_a_file_written_block_by_block_is_the_bytes_and_checksums_of_its_regions_written_whole():
+    """ShardWriter (the encode stage writes each block of a file as it is read) against the format: ids, then the
+    flags and the word starts packed, each region checksummed a chunk of `chunk_tokens` at a time."""
+    import io
+
+    from xlnet_data.dataformat.crc32c import crc32c
+    rng = np.random.default_rng(2)
+    ids, flags, starts = rng.integers(0, 1000, 1000), rng.random(1000) < 0.5, rng.random(1000) < 0.5
+    out = io.BytesIO(b"x" * 10)
+    out.seek(10)
+    writer = token_cache.ShardWriter(out, 10, "<u2", True, chunk_tokens=64)
+    cuts = [0, *sorted(rng.choice(np.arange(1, 1000), 30, replace=False)), 1000]  # blocks of any size, some > 64
+    for begin, end in zip(cuts, cuts[1:]):
+        writer.add(ids[begin:end], flags[begin:end], starts[begin:end])
+    entry, offset = writer.finish()
+    writer.close()
+    regions = [ids.astype("<u2").tobytes(), *(b"".join(np.packbits(bits[k:k + 64]).tobytes() for k in range(0, 1000, 64))
+                                              for bits in (flags, starts))]
+    assert out.getvalue() == b"x" * 10 + b"".join(regions) and offset == 10 + sum(map(len, regions))
+    assert [entry[f"{name}_offset"] for name in token_cache.REGIONS] == [10, 2010, 2010 + 125]
+    want_crcs = [[int(crc32c(np.frombuffer(regions[0], np.uint8)[2 * k:2 * k + 128])) for k in range(0, 1000, 64)],
+                 *([int(crc32c(np.packbits(bits[k:k + 64]))) for k in range(0, 1000, 64)] for bits in (flags, starts))]
+    assert [entry[f"{name}_crc32c"] for name in token_cache.REGIONS] == want_crcs
+
+
+def test_a_file_read_in_small_blocks_gives_the_same_cache(tmp_path, sample_spm, monkeypatch):
+    """The encode stage reads a file a block at a time (corpus.READ_BLOCK_BYTES), never whole: blocks of 64
+    bytes give the bytes and the index of one block, with blank lines (<eod>) across the cuts."""
+    rng = np.random.default_rng(3)
+    lines = [rng.integers(0, 1000, rng.integers(0, 9)).tolist() for _ in range(300)]
+    id_file(tmp_path / "a.txt", lines)
+    files = [str(tmp_path / "a.txt")]
+    caches = []
+    for block_bytes in (corpus.READ_BLOCK_BYTES, 64):
+        monkeypatch.setattr(corpus, "READ_BLOCK_BYTES", block_bytes)
+        config, key = encode_files(tmp_path / str(block_bytes), sample_spm, files, use_eod=True)
+        data_path, index_path = save_dir.token_cache_paths(config.save_dir, 0, key)
+        index = json.load(open(index_path))
+        index["shards"][0].pop("chars")  # the line breaks counted less one a block: a share's denominator
+        caches.append((open(data_path, "rb").read(), index))
+    assert caches[0] == caches[1] and caches[0][1]["shards"][0]["lines"] == 300
+
+
 def test_a_task_encoded_in_memory_gives_the_stream_and_counts_of_its_cache(tmp_path, sample_spm):
     """A task's one unit takes its stream from memory (encode.EncodedTask): the same as the cache's, for
     files of odd sizes and one without tokens, in any order."""
@@ -134,6 +177,8 @@ def one_worker(tmp_path_factory):
     result = create_g6(save_dir, "--num_workers=1")
     assert result.stderr.count("into its token cache") == 2  # two tasks, each encoded once for its three passes
     assert not (save_dir / "token_cache").exists()
+    # the plan again once the first task is encoded, its tokens counted (resources.corrected)
+    assert result.stderr.count("input bytes a token, counted on task 0, ") == 1
     return save_dir
 
 
@@ -142,7 +187,7 @@ def one_worker(tmp_path_factory):
 @pytest.mark.parametrize("workers", [2, 4])
 def test_multi_pass_runs_are_identical_for_any_number_of_workers(one_worker, tmp_path, workers):
     result = create_g6(tmp_path, f"--num_workers={workers}")
-    assert result.stderr.count("into its token cache") == 2
+    assert result.stderr.count("into its token cache") == 2 and result.stderr.count(", counted on task ") == 1
     assert_same_records(one_worker, tmp_path)
     assert not (tmp_path / "token_cache").exists()
 

@@ -26,11 +26,12 @@ map of the file (mapped_stream), so that it does not hold the stream: only its r
 import dataclasses
 import json
 import mmap
+import tempfile
 from typing import Optional
 
 import numpy as np
 
-from xlnet_data.common import fileio, memory
+from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat.crc32c import crc32c
 from xlnet_data.dataformat.examples import layout
@@ -178,41 +179,79 @@ def index_json(index: CacheIndex, files) -> dict:
             "word_starts": index.word_starts, "shards": index.shards}
 
 
-def _rechunked(chunks, size):
-    """The arrays of the list `chunks` concatenated and cut into arrays of `size` elements (the last shorter),
-    each taken out of the list as it is used and counted freed (memory.freed), so that a file is never held twice."""
-    rest = None
-    while chunks:
-        chunk = chunks.pop(0)
-        nbytes = chunk.nbytes
-        data = chunk if rest is None else np.concatenate([rest, chunk])
-        del chunk
-        whole = data.size - data.size % size
-        for begin in range(0, whole, size):
-            yield data[begin:begin + size]
-        rest = data[whole:].copy() if whole < data.size else None
-        del data
-        memory.freed(nbytes)
-    if rest is not None:
-        yield rest
+class _Chunks:
+    """Arrays handed in one after another, given back cut into arrays of `size` elements (the last shorter, at
+    flush), so that a region's checksummed chunks are the same however its file was read."""
+
+    def __init__(self, size: int):
+        self.size, self.pending, self.held = size, [], 0
+
+    def add(self, array):
+        self.pending.append(array)
+        self.held += array.size
+        if self.held >= self.size:
+            data = np.concatenate(self.pending) if len(self.pending) > 1 else self.pending[0]
+            whole = data.size - data.size % self.size
+            yield from (data[begin:begin + self.size] for begin in range(0, whole, self.size))
+            self.pending = [data[whole:].copy()] if whole < data.size else []
+            self.held = data.size - whole
+
+    def flush(self):
+        if self.held:
+            yield np.concatenate(self.pending)
+        self.pending, self.held = [], 0
 
 
-def write_shard(out, offset: int, regions: dict, ids: str, chunk_tokens: int = CHUNK_TOKENS):
-    """Writes one file's regions ({"ids": int arrays, "flags": bool arrays[, "starts": bool arrays]}, lists
-    emptied as written) at `offset` of the cache file `out`; returns (the index entry's offsets and checksums,
-    the offset after them)."""
-    entry = {}
-    for name in REGIONS:
-        if name not in regions:
-            continue
-        entry[f"{name}_offset"], crcs = offset, []
-        for piece in _rechunked(regions[name], chunk_tokens):
-            data = piece.astype(ids, copy=False) if name == "ids" else np.packbits(piece)
-            fileio.write_array(out, data)
-            crcs.append(int(crc32c(data.view(np.uint8))))
-            offset += data.nbytes
-        entry[f"{name}_crc32c"] = crcs
-    return entry, offset
+SPILL_COPY_BYTES = 8 << 20  # bytes of a spilled bit region copied into the cache file at a time
+
+
+class ShardWriter:
+    """Writes one file's regions at `offset` of the cache file `out` as its blocks come (add), so that a file is
+    never held whole: its ids straight into the file, its bits (flags, word starts: 1/8 byte a token each) packed
+    into an unnamed temporary file (`spill_dir`'s; gone with the process, even a killed one), copied after the ids
+    by finish. The same bytes and checksums as the file's regions written whole."""
+
+    def __init__(self, out, offset: int, ids: str, word_starts: bool, spill_dir: Optional[str] = None,
+                 chunk_tokens: int = CHUNK_TOKENS):
+        self.out, self.offset, self.ids = out, offset, ids
+        self.names = REGIONS if word_starts else REGIONS[:2]
+        self.chunks = {name: _Chunks(chunk_tokens) for name in self.names}
+        self.crcs = {name: [] for name in self.names}
+        self.spills = {name: tempfile.TemporaryFile(dir=spill_dir) for name in self.names[1:]}
+        self.entry = {"ids_offset": offset}
+
+    def add(self, ids, flags, starts=None):
+        """A block's ids, sentence flags and (where recorded) word starts, a token each."""
+        for name, values in zip(self.names, (ids, flags, starts)):
+            self._put(name, self.chunks[name].add(values))
+
+    def _put(self, name, pieces):
+        for piece in pieces:
+            data = piece.astype(self.ids, copy=False) if name == "ids" else np.packbits(piece)
+            fileio.write_array(self.out if name == "ids" else self.spills[name], data)
+            self.crcs[name].append(int(crc32c(data.view(np.uint8))))
+            if name == "ids":
+                self.offset += data.nbytes
+
+    def finish(self):
+        """(the index entry's offsets and checksums, the offset after the file's regions)."""
+        for name in self.names:
+            self._put(name, self.chunks[name].flush())
+            if name != "ids":
+                spill = self.spills.pop(name)
+                self.entry[f"{name}_offset"] = self.offset
+                spill.seek(0)
+                with spill:
+                    while piece := spill.read(SPILL_COPY_BYTES):
+                        self.out.write(piece)
+                        self.offset += len(piece)
+            self.entry[f"{name}_crc32c"] = self.crcs[name]
+        return self.entry, self.offset
+
+    def close(self):
+        """Closes the temporary files (finish or not)."""
+        for spill in self.spills.values():
+            spill.close()
 
 
 def put_flags(out, flag_pieces, prev_last):

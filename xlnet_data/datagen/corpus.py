@@ -209,15 +209,32 @@ def _encode_block(lines: Utf8Lines, first, path, encoder, *, from_raw_text, unca
     return ids, lengths, is_text
 
 
-def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab_size, keep_accents=False,
-               strict=False, allow_binary=False, on_progress: Optional[Callable[[int, int, int], None]] = None,
-               word_starts: Optional[Callable[[np.ndarray], np.ndarray]] = None,
-               start_pieces: Optional[np.ndarray] = None):
-    """Reads one file into a Shard, or None when it has no lines or no ids (the original skips the former
-    and crashes on the latter). `on_progress(lines, tokens, bytes)` is called after every block of lines;
-    `word_starts` (a words.WordStarts), where given, marks each block's tokens that can start a span;
-    `start_pieces` (vocab.start_piece_table, with --word_boundaries=spaces), where given, counts them, to warn
-    about a file written without spaces between words (Japanese, Chinese, Thai).
+def read_shard(path, encoder: Encoder, **settings):
+    """Reads one file into a Shard (shard_blocks' blocks, held; `settings`: its keyword arguments), or None when
+    it has no lines or no ids (the original skips the former and crashes on the latter)."""
+    stats = FileStats()
+    ids_chunks, flag_chunks, start_chunks = [], [], []
+    for ids, flags, starts in shard_blocks(path, encoder, stats, **settings):
+        ids_chunks.append(ids)
+        flag_chunks.append(flags)
+        if starts is not None:
+            start_chunks.append(starts)
+    if stats.tokens == 0:
+        return None
+    return Shard(path, ids_chunks, flag_chunks, stats, start_chunks if settings.get("word_starts") is not None else None)
+
+
+def shard_blocks(path, encoder: Encoder, stats: FileStats, *, from_raw_text, uncased, use_eod, vocab_size,
+                 keep_accents=False, strict=False, allow_binary=False,
+                 on_progress: Optional[Callable[[int, int, int], None]] = None,
+                 word_starts: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+                 start_pieces: Optional[np.ndarray] = None):
+    """Yields one file's tokens a block of lines (READ_BLOCK_BYTES) at a time, as (ids int32, sent_ids bool, word
+    starts bool or None), blocks without ids left out, counting into `stats`; so that a file is never held whole
+    (the encode stage writes each block to the token cache as it comes). `on_progress(lines, tokens, bytes)` is
+    called after every block of lines; `word_starts` (a words.WordStarts), where given, marks each block's tokens
+    that can start a span; `start_pieces` (vocab.start_piece_table, with --word_boundaries=spaces), where given,
+    counts them, to warn about a file written without spaces between words (Japanese, Chinese, Thai).
 
     gzip, bzip2 and xz files are read decompressed; a binary file (NUL bytes, or mostly invalid UTF-8)
     is an InputError naming it unless `allow_binary`.
@@ -225,8 +242,6 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
     Flags start True and flip after every line; a blank line with `use_eod` becomes <eod>, flipped
     before and after, so it keeps the flag of the sentence before it and the next sentence flips.
     """
-    stats = FileStats()
-    ids_chunks, flag_chunks, start_chunks = [], [], []
     sent_id = True
     for first, lines, nbytes in _line_blocks(path, stats, strict, allow_binary):
         long_bytes = np.flatnonzero(np.diff(lines.line_starts) > LONG_LINE_CHARS + 1)  # as many characters at most
@@ -241,16 +256,13 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
         # Text lines flip the flag once; a blank line's <eod> flips it twice, so it takes the flipped flag.
         flips_before = np.cumsum(is_text) - is_text
         flags = (np.bool_(sent_id) ^ (flips_before & 1).astype(bool)) ^ ~is_text
+        sent_id = bool(sent_id ^ (int(is_text.sum()) & 1))
         if ids.size:
-            ids_chunks.append(ids)
-            flag_chunks.append(np.repeat(flags, lengths))
-            if word_starts is not None:
-                start_chunks.append(word_starts(ids))
             stats.tokens += int(ids.size)
             stats.unk += int(np.count_nonzero(ids == UNK_ID))
             if start_pieces is not None:  # one gather a block, like the <unk> count
                 stats.start_pieces += int(np.count_nonzero(start_pieces[ids]))
-        sent_id = bool(sent_id ^ (int(is_text.sum()) & 1))
+            yield ids, np.repeat(flags, lengths), None if word_starts is None else word_starts(ids)
         if on_progress:
             on_progress(len(lines), int(ids.size), nbytes)
     if stats.invalid_utf8_lines:
@@ -265,7 +277,3 @@ def read_shard(path, encoder: Encoder, *, from_raw_text, uncased, use_eod, vocab
         log.warning("%s: only %.0f%% of its pieces can start a masked span (a piece after a space): is it written "
                     "without spaces between words (Japanese, Chinese, Thai)? Spans would then cut words; pass "
                     "--word_boundaries=ja, zh or th (the words extra)", path, 100 * stats.start_pieces / stats.tokens)
-    if stats.tokens == 0:
-        return None
-    return Shard(path, ids_chunks, flag_chunks, stats, start_chunks if word_starts is not None else None)
-

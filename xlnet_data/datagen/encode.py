@@ -73,26 +73,38 @@ def cache_key(settings: EncodeSettings, files, model_sha256: str) -> str:
     return hashlib.sha256(json.dumps(made_from).encode()).hexdigest()[:16]
 
 
-def _encoded_shards(settings: EncodeSettings, files, sp, on_progress, encode_threads):
-    """Each file's corpus.Shard in file order, or None for a file without tokens (warned about)."""
-    encoder = Encoder(sp, encode_threads, settings.encoder) if settings.from_raw_text else None
+def _read_settings(settings: EncodeSettings, sp, on_progress):
+    """corpus.shard_blocks' keyword arguments for `settings`."""
     spaces = settings.word_boundaries == "spaces"
     read_settings = {**dataclasses.asdict(settings), "word_starts": None if spaces else
                      WordStarts.of(sp, settings.word_boundaries),
-                     "start_pieces": start_piece_table(sp) if spaces and settings.from_raw_text else None}
+                     "start_pieces": start_piece_table(sp) if spaces and settings.from_raw_text else None,
+                     "vocab_size": sp.get_piece_size(), "on_progress": on_progress}
     del read_settings["word_boundaries"], read_settings["encoder"]
+    return read_settings
+
+
+def _encoder(settings: EncodeSettings, sp, encode_threads):
+    return Encoder(sp, encode_threads, settings.encoder) if settings.from_raw_text else None
+
+
+def _no_tokens(path):
+    log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)
+
+
+def _encoded_shards(settings: EncodeSettings, files, sp, on_progress, encode_threads):
+    """Each file's corpus.Shard in file order, or None for a file without tokens (warned about)."""
+    encoder, read_settings = _encoder(settings, sp, encode_threads), _read_settings(settings, sp, on_progress)
     for path in files:
-        shard = corpus.read_shard(path, encoder, **read_settings, vocab_size=sp.get_piece_size(),
-                                  on_progress=on_progress)
+        shard = corpus.read_shard(path, encoder, **read_settings)
         if shard is None:
-            log.warning("%s: no tokens (empty, or only blank lines without --use_eod); skipped", path)
+            _no_tokens(path)
         yield shard
 
 
-def _entry(shard):
-    """A shard's entry of the index, its offsets in the cache file apart."""
-    stats = shard.stats
-    return {"path": shard.path, "tokens": shard.num_tokens, "lines": stats.lines,
+def _entry(path, stats: corpus.FileStats):
+    """A file's entry of the index, its offsets in the cache file apart."""
+    return {"path": path, "tokens": stats.tokens, "lines": stats.lines,
             "invalid_utf8_lines": stats.invalid_utf8_lines, "chars": stats.chars, "unk": stats.unk,
             "marks": stats.stripped.letters, "arabic_marks": stats.stripped.arabic}
 
@@ -108,18 +120,25 @@ def encode_task(save_dir: str, settings: EncodeSettings, task, files, key, sp, o
     fileio.makedirs(os.path.dirname(data_path))
     index = token_cache.CacheIndex(task, key, [], 0, ids=token_cache.id_dtype(sp.get_piece_size()),
                                    word_starts=settings.word_boundaries != "spaces")
+    encoder, read_settings = _encoder(settings, sp, encode_threads), _read_settings(settings, sp, on_progress)
+    spill_dir = None if fileio.is_remote(data_path) else os.path.dirname(data_path)
     offset = 0
     with fileio.atomic_write(data_path) as out:
-        for shard in _encoded_shards(settings, files, sp, on_progress, encode_threads):
-            if shard is None:
-                index.skipped_files += 1
-                continue
-            regions = {"ids": shard.ids, "flags": shard.sent_ids}  # emptied as written: never held twice
-            if index.word_starts:
-                regions["starts"] = shard.word_starts
-            entry, offset = token_cache.write_shard(out, offset, regions, index.ids)
-            index.shards.append({**_entry(shard), **entry})
-            del shard, regions
+        for path in files:  # each file a block at a time, written as read: no file is held whole
+            stats = corpus.FileStats()
+            writer = token_cache.ShardWriter(out, offset, index.ids, index.word_starts, spill_dir, index.chunk_tokens)
+            try:
+                for block in corpus.shard_blocks(path, encoder, stats, **read_settings):
+                    writer.add(*block)
+                    del block
+                if not stats.tokens:
+                    _no_tokens(path)
+                    index.skipped_files += 1
+                    continue
+                entry, offset = writer.finish()
+            finally:
+                writer.close()
+            index.shards.append({**_entry(path, stats), **entry})
     write_json(index_path, token_cache.index_json(index, files))
     shards = index.shards
     tokens = sum(shard["tokens"] for shard in shards)
@@ -173,7 +192,7 @@ def encode_in_memory(settings: EncodeSettings, task, files, sp, on_progress=None
     """The task's files encoded as encode_task encodes them, held in memory (see EncodedTask)."""
     shards = list(_encoded_shards(settings, files, sp, on_progress, encode_threads))
     kept = [shard for shard in shards if shard is not None]
-    index = token_cache.CacheIndex(task, "", [_entry(shard) for shard in kept], len(shards) - len(kept),
+    index = token_cache.CacheIndex(task, "", [_entry(shard.path, shard.stats) for shard in kept], len(shards) - len(kept),
                                    word_starts=settings.word_boundaries != "spaces")
     encoded = EncodedTask(index, kept)
     log.info("task %d: %d files encoded (%d tokens) in memory, for its one unit", task, len(kept), encoded.index.tokens)

@@ -128,12 +128,12 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
     if removes:
         run_lock.refuse_if_busy(config.save_dir, save_dir_lock.READERS_LOCK)
     fit = _fit_to_machine(config, _check_before_locking(config, overwrite, keep_cache), num_workers) \
-        if beam_args is None else None
+        if beam_args is None else None  # (plan, layout, machine)
     with run_lock.hold(config.save_dir, save_dir_lock.SAVE_DIR_LOCK), \
             (run_lock.hold(config.save_dir, save_dir_lock.READERS_LOCK) if removes else contextlib.nullcontext()):
         plan = make_plan(config, overwrite, keep_cache)  # again: another run may have ended meanwhile
         if fit is not None:
-            plan = resources.with_tasks_of(plan, fit)
+            plan = resources.with_tasks_of(plan, fit[0])
         save_dir_lock.remove_stale_temporaries(config.save_dir)
         save_dir_lock.tell_last_peak(config.save_dir)
         prepare_save_dir(config, plan, overwrite)
@@ -143,7 +143,7 @@ def create_records(config: CreateConfig, *, overwrite: bool = False, num_workers
                 results = run_beam(config, plan, beam_args)
             else:
                 from xlnet_data.datagen.local_runner import run_local
-                results = run_local(config, plan, num_workers=num_workers)
+                results = run_local(config, plan, num_workers=num_workers, on_encoded=_correction(fit))
         except BaseException:
             # The workers are gone (a signal, a failed unit): under the lock every temporary file of a
             # save_dir output is this run's, even one whose worker died before it could remove it.
@@ -199,9 +199,10 @@ def _remove_corpus_info_without_units(save_dir_path):
         fileio.remove(info_path)
 
 
-def _fit_to_machine(config, plan, num_workers) -> Optional[resources.ResourcePlan]:
+def _fit_to_machine(config, plan, num_workers):
     """The local run's memory and disk, estimated before anything is encoded (datagen/resources.py): one line
-    saying so, or CreateError, one line naming the smallest change that fits, before the save_dir is made."""
+    saying so, or CreateError, one line naming the smallest change that fits, before the save_dir is made. Returns
+    (the resources.ResourcePlan, its Layout, the Machine), or None where there is no plan to make."""
     machine = resources.machine_of(config.save_dir)
     if machine is None or not plan.units:
         return None
@@ -212,7 +213,26 @@ def _fit_to_machine(config, plan, num_workers) -> Optional[resources.ResourcePla
     if why:
         raise CreateError(f"{why}; nothing written")
     logging.getLogger("xlnet_data").info("%s", fit.line(machine))
-    return fit
+    return fit, layout, machine
+
+
+def _correction(fit):
+    """run_local's on_encoded: after the first task this run encodes, the plan again with its tokens counted
+    (resources.corrected), one line; CreateError where it no longer fits, the caches encoded so far kept."""
+    if fit is None:
+        return None
+    corrected = []
+
+    def on_encoded(result):
+        if corrected or not result.encoded:
+            return
+        line, why = resources.corrected(*fit, result.task, result.tokens)
+        corrected.append(line)
+        logging.getLogger("xlnet_data").info("%s", line)
+        if why:
+            raise CreateError(f"{why} (corrected once task {result.task} was encoded); the token caches encoded so "
+                              "far are kept: the same command, so changed, goes on from them")
+    return on_encoded
 
 
 def _check_before_locking(config, overwrite, keep_cache):

@@ -52,11 +52,11 @@ def worker_count(plan: Plan, num_workers=None) -> int:
     return min(len(plan.units), num_workers or workers.process_cores())
 
 
-def run_local(config: CreateConfig, plan: Plan, num_workers=None):
+def run_local(config: CreateConfig, plan: Plan, num_workers=None, on_encoded=None):
     """Runs the plan, `num_workers` processes at a time (default: the CPU count): first the tasks encoded in
     memory, each with its one unit in the same job, and the encode stage (each other task encoded into its token
-    cache, SentencePiece's threads sharing out the cores), then the units that read the caches. Returns the
-    units' UnitResults."""
+    cache, SentencePiece's threads sharing out the cores; `on_encoded(encode.EncodeResult)` after each, in this
+    process), then the units that read the caches. Returns the units' UnitResults."""
     todo = plan.units
     if not todo:
         return []
@@ -77,6 +77,10 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
         progress.update(*counts, len(done), len(todo))
         peak.sample()
 
+    def encoded(index, result):
+        if on_encoded:
+            on_encoded(result)
+
     def on_unit_done(index, result):
         done.append(result)
         progress.update(*counts, len(done), len(todo))
@@ -88,13 +92,13 @@ def run_local(config: CreateConfig, plan: Plan, num_workers=None):
                 for job in single_jobs:
                     on_unit_done(None, _encode_and_run_unit(*job))
                 for job in encode_jobs:
-                    _encode_task(*job)
+                    encoded(None, _encode_task(*job))
                 for job in unit_jobs:
                     on_unit_done(None, _run_unit(*job))
         else:
             with workers.Workers(num_workers, initializer=_init_process) as pool:
                 pool.run(_encode_and_run_unit, single_jobs, on_done=on_unit_done, on_counts=on_counts)
-                pool.run(_encode_task, encode_jobs, on_done=lambda index, result: None, on_counts=on_counts)
+                pool.run(_encode_task, encode_jobs, on_done=encoded, on_counts=on_counts)
                 pool.run(_run_unit, unit_jobs, on_done=on_unit_done, on_counts=on_counts)
     except BaseException:
         progress.close()  # the error is the last line

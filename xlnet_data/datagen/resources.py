@@ -1,15 +1,19 @@
 """What a local `create` run will need, known before the first byte is encoded: tokens, memory and disk.
 
 Each task's tokens are estimated from its files' bytes at the bytes a token of this model measured on the first
-files (sample_bytes_per_token); from them the memory each parallel worker will hold (resource_plan) and the disk
-the token caches and the records will take, against the machine's available memory (the cgroup's limit where
-there is one, else MemAvailable) and the save_dir's free disk (machine_of). A plan that cannot fit is refused in
-one line naming the smallest change that does (check); one that fits is one line too (ResourcePlan.line).
+files (sample_bytes_per_token), or exactly where a task's token cache is complete (an earlier run's), and again
+once the run has encoded its first task (corrected: its line says so, and a verdict that changes stops the run
+there, the caches encoded kept for the same command to go on from); from them the memory each parallel worker
+will hold (resource_plan) and the disk the token caches and the records will take, against the machine's
+available memory (the cgroup's limit where there is one, else MemAvailable) and the save_dir's free disk
+(machine_of). A plan that cannot fit is refused in one line naming the smallest change that does (refusal); one
+that fits is one line too (ResourcePlan.line).
 The functions that decide are pure: the tests give them a small memory or disk.
 
 The figures (benchmarks/bench_create_memory.py measures a run's peak): a worker process with the compiled loop
-loaded holds about WORKER_BYTES; encoding a file holds its ids, flags and word starts until written (ENCODE_BYTES_PER_TOKEN of
-the largest file); a unit that reads a mapped token cache holds its rows' sentence boundaries (8 bytes each,
+loaded holds about WORKER_BYTES, and COMPILE_BYTES while numba compiles the loops on a first run (its on-disk cache
+cold: compiled_cold); encoding a file holds a block of it (ENCODE_BUFFER_BYTES: each block is written to the
+token cache as it is read); a unit that reads a mapped token cache holds its rows' sentence boundaries (4 bytes each,
 about one a line) and its buffers, not its tokens; a task encoded in memory for its one unit holds its stream
 (IN_MEMORY_BYTES_PER_TOKEN). Records take RECORD_BYTES_PER_POSITION a position (seq_len of them for every
 reuse_len tokens of a row; twice with bi_data), the cache CACHE_BYTES_PER_TOKEN.
@@ -17,6 +21,7 @@ reuse_len tokens of a row; twice with bi_data), the cache CACHE_BYTES_PER_TOKEN.
 
 import collections
 import dataclasses
+import glob
 import os
 from collections.abc import Sequence
 from typing import Optional
@@ -31,9 +36,14 @@ from xlnet_data.datagen.plan import Plan, size_or_zero
 WORKER_BYTES = 200 << 20  # a worker's own memory: Python, numpy, SentencePiece, the compiled loop, shared libraries;
 #                           create's peak RSS on 1.1M tokens (4 MB of text) was 215-255 MB, the buffers below included
 PARENT_BYTES = 100 << 20  # the parent of several workers (the run itself: Python, numpy, SentencePiece)
-ENCODE_BYTES_PER_TOKEN = 6.0  # a file being encoded: int32 ids, bool flags (and word starts), block temporaries
+ENCODE_BUFFER_BYTES = 24 << 20  # a block of text being encoded (corpus.READ_BLOCK_BYTES: its lines, ids, flags and
+#                                  temporaries) and the cache's chunk being written; create's peak while encoding one
+#                                  file of 4 MB and one of 40 MB of text: 222 and 226 MB (sampled)
+COMPILE_BYTES = 480 << 20  # a worker's peak while numba compiles the loops (its cache cold): 486 MB on 2 MB of text
+#                            (bench_create_memory's first run), 414 MB encoding and 480 MB in the first unit on 40 MB
+COMPILED = (("dataformat/examples/loop.py", "_write_steps"), ("datagen/utf8_lines.py", "_check_utf8"))  # one a stage
 IN_MEMORY_BYTES_PER_TOKEN = 6.5  # a task's stream held for its one pass: ids int32, flags, the files' chunks
-BOUNDARY_BYTES = 8  # a sentence boundary of the rows: int32, both ways
+BOUNDARY_BYTES = 4  # a sentence boundary of the rows: int32, held once (a reversed row reads it backwards)
 UNIT_BUFFER_BYTES = 40 << 20  # a unit's records buffer (units.CHUNK_BYTES), chunks read back, mapped pages
 RECORD_BYTES_PER_POSITION = 6.2  # a record's varints a position (input, target ~2 bytes each, is_masked, seg_id)
 SAMPLE_BYTES = 1 << 20  # of each of the first files, encoded to measure the bytes a token
@@ -42,13 +52,13 @@ SAMPLE_FILES = 3
 
 @dataclasses.dataclass(frozen=True)
 class TaskSize:
-    """A task's input as the plan sees it: bytes, the largest file's bytes, and its units to run."""
+    """A task's input as the plan sees it: bytes, and its units to run."""
     task: int
     input_bytes: int
-    largest_file_bytes: int
     passes: int  # units of the task still to run
     in_memory: bool  # its one unit takes its stream from memory (no token cache)
     cache_complete: bool  # its cache is there already (not written again)
+    tokens: Optional[int] = None  # counted (its complete cache's, or encoded by this run); None: estimated
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,34 +90,59 @@ class ResourcePlan:
     unit_memory: int  # a worker's peak while it runs a unit of the largest task (mapped, or in memory)
     cache_disk: int
     records_disk: int
+    compile_memory: int = 0  # a worker's peak while numba compiles the loops (a cold cache), else 0
+    largest_cache: int = 0  # the largest token cache a unit reads (its B draws anywhere in it: best in page cache)
+
+    @property
+    def worker_memory(self) -> int:
+        return max(self.encode_memory, self.unit_memory, self.compile_memory)
 
     @property
     def tokens(self) -> int:
         return sum(self.task_tokens(task) for task in self.tasks)
 
     def task_tokens(self, task: TaskSize) -> int:
-        return int(task.input_bytes / self.bytes_per_token)
+        return task_tokens(task, self.bytes_per_token)
 
     @property
     def memory(self) -> int:
         """The run's peak: `workers` workers at once, each at its larger stage, and their parent (one worker runs
         in the run's own process)."""
-        return workers_memory(self.workers, max(self.encode_memory, self.unit_memory))
+        return workers_memory(self.workers, self.worker_memory)
 
     @property
     def disk(self) -> int:
         return self.cache_disk + self.records_disk
 
-    def line(self, machine: Machine) -> str:
+    def line(self, machine: Machine, measured: Optional[str] = None) -> str:
+        if measured is None:
+            measured = ("counted in their token caches" if all(task.tokens is not None for task in self.tasks) else
+                        "measured on the first files")
         in_memory = sum(task.in_memory for task in self.tasks)
         how = f", {in_memory} task(s) in memory" if in_memory else ""
+        how += ", numba compiles the loops (its cache is cold)" if self.compile_memory else ""
         disk = [f"~{mb(nbytes)} of {what}" for nbytes, what in ((self.cache_disk, "token cache"),
                                                                 (self.records_disk, "records")) if nbytes]
         return (f"plan: {len(self.tasks)} task(s), ~{self.tokens / 1e6:.1f}M tokens ({self.bytes_per_token:.2f} input "
-                f"bytes a token, measured on the first files){how}; memory {self.workers} worker(s) x ~"
-                f"{mb(max(self.encode_memory, self.unit_memory))} = ~{mb(self.memory)} of {mb(machine.memory)} "
+                f"bytes a token, {measured}){how}; memory {self.workers} worker(s) x ~"
+                f"{mb(self.worker_memory)} = ~{mb(self.memory)} of {mb(machine.memory)} "
                 f"available ({machine.memory_source}); disk {' + '.join(disk) or '0 MB'} = ~{mb(self.disk)} of "
-                f"{mb(machine.disk_free)} free on {machine.disk_path}")
+                f"{mb(machine.disk_free)} free on {machine.disk_path}{self._page_cache_note(machine)}")
+
+    def _page_cache_note(self, machine: Machine) -> str:
+        """Where the memory left is less than a task's token cache: its units' reads go to the disk (a unit draws
+        its B anywhere in the cache), which fits but is slow (under a 350 MB cgroup limit, 128.8M tokens of a 274 MB
+        cache: 15% of the records in 13 min; under 500 MB, from the same cache, all of them in 72 s)."""
+        left = machine.memory - self.memory
+        if self.largest_cache <= left:
+            return ""
+        return (f"; only ~{mb(max(left, 0))} left for the page cache of a ~{mb(self.largest_cache)} token cache: its "
+                "units will read it from the disk, slowly (more memory, or a larger --num_task, keeps it cached)")
+
+
+def task_tokens(task: TaskSize, bytes_per_token: float) -> int:
+    """A task's tokens: counted where known, else its bytes at `bytes_per_token`."""
+    return task.tokens if task.tokens is not None else int(task.input_bytes / bytes_per_token)
 
 
 def workers_memory(workers: int, per_worker: int) -> int:
@@ -125,11 +160,10 @@ def records_bytes_per_token(layout: Layout) -> float:
 
 
 def resource_plan(tasks: Sequence[TaskSize], layout: Layout, bytes_per_token: float, tokens_per_line: float,
-                  workers: int) -> ResourcePlan:
-    """The memory and disk of running `tasks` with `workers` worker processes (pure)."""
-    tokens = {task.task: task.input_bytes / bytes_per_token for task in tasks}
-    largest_file = max((task.largest_file_bytes for task in tasks if not task.cache_complete), default=0)
-    encode_memory = WORKER_BYTES + int(largest_file / bytes_per_token * ENCODE_BYTES_PER_TOKEN)
+                  workers: int, compile_cold: bool = False) -> ResourcePlan:
+    """The memory and disk of running `tasks` with `workers` worker processes, numba's cache cold or not (pure)."""
+    tokens = {task.task: task_tokens(task, bytes_per_token) for task in tasks}
+    encode_memory = WORKER_BYTES + ENCODE_BUFFER_BYTES if any(not task.cache_complete for task in tasks) else 0
     unit_memory = WORKER_BYTES + UNIT_BUFFER_BYTES
     for task in tasks:
         boundaries = tokens[task.task] / max(tokens_per_line, 1.0) * BOUNDARY_BYTES
@@ -138,46 +172,49 @@ def resource_plan(tasks: Sequence[TaskSize], layout: Layout, bytes_per_token: fl
                                                                               + boundaries))
     cache_disk = sum(tokens[task.task] * layout.cache_bytes_per_token for task in tasks
                      if not task.in_memory and not task.cache_complete)
+    largest_cache = max((tokens[task.task] * layout.cache_bytes_per_token for task in tasks if not task.in_memory),
+                        default=0)
     records_disk = (sum(tokens[task.task] * task.passes for task in tasks) * records_bytes_per_token(layout)
                     if layout.write_records else 0)
     return ResourcePlan(tuple(tasks), bytes_per_token, tokens_per_line, workers, encode_memory, unit_memory,
-                        int(cache_disk), int(records_disk))
+                        int(cache_disk), int(records_disk), COMPILE_BYTES if compile_cold else 0, int(largest_cache))
 
 
 def fitted(tasks: Sequence[TaskSize], layout: Layout, bytes_per_token: float, tokens_per_line: float, workers: int,
-           machine: Machine) -> ResourcePlan:
+           machine: Machine, compile_cold: bool = False) -> ResourcePlan:
     """The plan to run: tasks encoded in memory for their one unit go through their token cache instead where
     that does not fit the machine's memory (the same records, bounded memory) (pure; `refusal` says whether it
     fits)."""
-    plan = resource_plan(tasks, layout, bytes_per_token, tokens_per_line, workers)
+    plan = resource_plan(tasks, layout, bytes_per_token, tokens_per_line, workers, compile_cold)
     if plan.memory > machine.memory and any(task.in_memory for task in tasks):
         tasks = [dataclasses.replace(task, in_memory=False) for task in tasks]
-        plan = resource_plan(tasks, layout, bytes_per_token, tokens_per_line, workers)
+        plan = resource_plan(tasks, layout, bytes_per_token, tokens_per_line, workers, compile_cold)
     return plan
 
 
 def refusal(plan: ResourcePlan, layout: Layout, machine: Machine) -> Optional[str]:
     """Why `plan` cannot run on `machine`, with the smallest change that fits, in one line; None when it fits."""
     if plan.memory > machine.memory:
-        per_worker = max(plan.encode_memory, plan.unit_memory)
+        per_worker = plan.worker_memory
         fit = max((workers for workers in range(1, plan.workers) if workers_memory(workers, per_worker) <= machine.memory),
                   default=0)
         what = (f"create would hold ~{mb(plan.memory)} ({plan.workers} worker(s) x ~{mb(per_worker)}) but "
                 f"{mb(machine.memory)} of memory is available ({machine.memory_source})")
         if fit >= 1:
             return f"{what}; --num_workers={fit} fits"
-        if plan.encode_memory >= plan.unit_memory:
-            largest = max(task.largest_file_bytes for task in plan.tasks)
-            return (f"{what}: one worker encoding the largest file ({mb(largest)}) needs ~{mb(plan.encode_memory)}; "
-                    "split the input into smaller files (prepare --num_shards), or give the run more memory")
-        if WORKER_BYTES + UNIT_BUFFER_BYTES > machine.memory:
-            return (f"{what}: a worker needs ~{mb(WORKER_BYTES + UNIT_BUFFER_BYTES)} whatever the corpus (Python, the "
-                    "compiled loop, its buffers); give the run more memory")
+        if plan.compile_memory >= max(plan.encode_memory, plan.unit_memory):
+            return (f"{what}: numba's cache is cold, and a first run compiles the loops (~{mb(COMPILE_BYTES)}); run "
+                    "create once on a small corpus with more memory (the compiled code is then kept), or give the run "
+                    "more memory")
+        if WORKER_BYTES + max(UNIT_BUFFER_BYTES, ENCODE_BUFFER_BYTES) > machine.memory:
+            return (f"{what}: a worker needs ~{mb(WORKER_BYTES + max(UNIT_BUFFER_BYTES, ENCODE_BUFFER_BYTES))} whatever "
+                    "the corpus (Python, the compiled loop, its buffers); give the run more memory")
         return (f"{what}: one worker needs ~{mb(plan.unit_memory)} with the sentence boundaries of its task; a "
                 "larger --num_task (fewer tokens a task; it changes which examples are made) fits, or more memory")
     if plan.disk > machine.disk_free:
-        what = (f"the token cache and records would take ~{mb(plan.disk)} but {machine.disk_path} has "
-                f"{mb(machine.disk_free)} free")
+        written = " and ".join(name for nbytes, name in ((plan.cache_disk, "token cache"), (plan.records_disk, "records"))
+                               if nbytes)
+        what = f"the {written} would take ~{mb(plan.disk)} but {machine.disk_path} has {mb(machine.disk_free)} free"
         no_records = plan.cache_disk + sum(plan.task_tokens(t) * layout.cache_bytes_per_token
                                            for t in plan.tasks if t.in_memory and not t.cache_complete)
         if plan.records_disk and no_records <= machine.disk_free:
@@ -282,18 +319,51 @@ def cache_bytes_per_token(vocab_size: int, word_starts: bool) -> float:
     return np.dtype(token_cache.id_dtype(vocab_size)).itemsize + 0.125 + (0.125 if word_starts else 0.0)
 
 
+def compiled_cold() -> bool:
+    """Whether numba's on-disk cache lacks a stage's compiled loop (COMPILED), so that this run compiles it: numba's
+    index file where its locator puts it, looked for without importing or compiling anything."""
+    from numba.core.caching import _CacheLocator
+
+    from xlnet_data.common import compiled
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for path, name in COMPILED:
+        folder = os.path.join(compiled.CACHE_DIR, _CacheLocator.get_suitable_cache_subpath(os.path.join(package, path)))
+        module = os.path.splitext(os.path.basename(path))[0]
+        if not glob.glob(os.path.join(glob.escape(folder), f"{module}.{name}-*.nbi")):
+            return True
+    return False
+
+
 def measured_plan(config: CreateConfig, plan: Plan, workers: int, sp, machine: Machine) -> tuple[ResourcePlan, Layout]:
-    """The ResourcePlan of a create plan on `machine` (fitted), its tokens measured on the first files."""
+    """The ResourcePlan of a create plan on `machine` (fitted), its tokens measured on the first files (counted
+    where a task's cache is complete)."""
     files = [path for task in plan.tasks.values() for path in task.files]
     bytes_per_token, tokens_per_line = sample_bytes_per_token(files, sp, config.from_raw_text)
     passes = collections.Counter(unit.task for unit in plan.units)
-    tasks = [TaskSize(task.task, sum(size_or_zero(path) for path in task.files),
-                      max(size_or_zero(path) for path in task.files), passes[task.task], task.in_memory,
-                      token_cache.read_index(config.save_dir, task.task, task.cache_key) is not None)
-             for task in plan.tasks.values()]
+    tasks = []
+    for task in plan.tasks.values():
+        found = token_cache.read_index(config.save_dir, task.task, task.cache_key)
+        tasks.append(TaskSize(task.task, sum(size_or_zero(path) for path in task.files), passes[task.task],
+                              task.in_memory, found is not None, None if found is None else found.tokens))
     layout = Layout(config.seq_len, config.reuse_len, config.bi_data, config.write_records,
                     cache_bytes_per_token(sp.get_piece_size(), config.word_boundaries != "spaces"))
-    return fitted(tasks, layout, bytes_per_token, tokens_per_line, workers, machine), layout
+    counted = [task for task in tasks if task.tokens]
+    if counted:  # an earlier run's caches: their bytes a token, not the sample's
+        bytes_per_token = sum(task.input_bytes for task in counted) / sum(task.tokens for task in counted)
+    return fitted(tasks, layout, bytes_per_token, tokens_per_line, workers, machine, compiled_cold()), layout
+
+
+def corrected(plan: ResourcePlan, layout: Layout, machine: Machine, task: int, tokens: int) -> tuple[str, Optional[str]]:
+    """(the plan's line again, refusal or None) once `task` is encoded and its `tokens` counted: the other tasks'
+    tokens at its bytes a token (pure). The line says how far the estimate was off and whether the verdict changes."""
+    done = next(size for size in plan.tasks if size.task == task)
+    bytes_per_token = done.input_bytes / max(tokens, 1)
+    tasks = [dataclasses.replace(size, tokens=tokens) if size.task == task else size for size in plan.tasks]
+    again = resource_plan(tasks, layout, bytes_per_token, plan.tokens_per_line, plan.workers,
+                          bool(plan.compile_memory))
+    why = refusal(again, layout, machine)
+    verdict = ("; the verdict changes: it no longer fits" if why and not refusal(plan, layout, machine) else "")
+    return again.line(machine, f"counted on task {task}, {plan.bytes_per_token:.2f} estimated{verdict}"), why
 
 
 def with_tasks_of(plan: Plan, resources: ResourcePlan) -> Plan:

@@ -142,7 +142,8 @@ def copy_values(out, n, source, width, seg_starts, seg_offsets, base, row_len, r
 class Rows:
     """`bsz_per_host` rows over `num_rows` forward rows of `row_len` tokens of the stream; row r is forward row
     `source[r]`, reversed where `reverse[r]`, so the bidirectional layout costs no memory. `bounds` and
-    `bound_offsets`: the forward rows' sentence boundaries, both ways (pairing.row_boundaries)."""
+    `bound_offsets`: the forward rows' sentence boundaries (pairing.row_boundaries; a reversed row reads
+    them from the other end)."""
     stream: TokenStream
     num_rows: int
     row_len: int

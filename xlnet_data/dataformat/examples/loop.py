@@ -185,7 +185,7 @@ def _id_at(stream, width, base, row_len, reverse, k):
 
 
 @compiled.jit(nogil=True)
-def _write_steps(ids_of, id_bytes, bits_of, by_position, num_rows, row_len, bounds, bound_offsets, source, reverse,
+def _write_steps(ids_of, id_bytes, bits_of, by_position, row_len, bounds, bound_offsets, source, reverse,
                  first_step, max_steps, seq_len, reuse_len, goal_mem, goal_ab, mask_alpha, mask_beta, word_spans,
                  is_start, cdf, np_mt, py_mt, keys, key_lengths, keep, buf):
     """Serialises up to `max_steps` steps (one example per row each) from step `first_step` into `buf`.
@@ -194,7 +194,7 @@ def _write_steps(ids_of, id_bytes, bits_of, by_position, num_rows, row_len, boun
     cannot give A/B any more; the original drops that whole step and stops there. The stream's ids are read
     through `ids_of` (layout.TokenStream's id source, segment starts and id offsets; `id_bytes` each) and its
     word starts through `bits_of` (alike); row r is forward row source[r] of `row_len` tokens, reversed where
-    reverse[r]. `bounds` and `bound_offsets` are the rows' sentence boundaries (pairing.row_boundaries). Only
+    reverse[r]. `bounds` and `bound_offsets` are the forward rows' sentence boundaries (pairing.row_boundaries). Only
     rows r with `keep[r]` are serialised; the others still draw their A/B and masks, which the rows after them
     depend on (a worker's share, pretrain/cache_input.py; a count of the steps). nogil: the training input
     pipeline runs it beside the step. A token starts a word where `is_start[id]` (the piece-id table), or, with
@@ -218,9 +218,9 @@ def _write_steps(ids_of, id_bytes, bits_of, by_position, num_rows, row_len, boun
         for r in range(bsz):
             direction = -1 if reverse[r] else 1
             base = source[r] * row_len
-            k = source[r] + num_rows if reverse[r] else source[r]
             ok, a_begin, a_end, b_begin, b_end, label = split_a_and_b(
-                row_len, bounds[bound_offsets[k]:bound_offsets[k + 1]], i + reuse_len, tot_len, py_mt)
+                row_len, bounds[bound_offsets[source[r]]:bound_offsets[source[r] + 1]], reverse[r], i + reuse_len,
+                tot_len, py_mt)
             if not ok:
                 return step, step_start, True
             a_sep, b_sep = _gather(ids, ids_of, id_bytes, base, row_len, reverse[r], i, reuse_len, a_begin, a_end,
@@ -282,8 +282,8 @@ class UnitLoop:
             while steps < max_steps and not done:
                 more, written, done = _write_steps(
                     (stream.id_source, stream.seg_starts, stream.seg_ids), stream.id_bytes,
-                    (stream.bit_source, stream.seg_starts, stream.seg_bits), stream.word_starts, rows.num_rows,
-                    rows.row_len, rows.bounds, rows.bound_offsets, rows.source, rows.reverse, first_step + steps,
+                    (stream.bit_source, stream.seg_starts, stream.seg_bits), stream.word_starts, rows.row_len,
+                    rows.bounds, rows.bound_offsets, rows.source, rows.reverse, first_step + steps,
                     min(per_call, max_steps - steps), settings.seq_len, settings.reuse_len, goal_mem, goal_ab,
                     settings.mask_alpha, settings.mask_beta, settings.span_unit == "word", self.is_start, self.cdf,
                     self.np_mt, self.py_mt, records.FEATURE_KEYS, records.FEATURE_KEY_LENGTHS,
