@@ -146,6 +146,15 @@ def test_the_machine_is_read_from_the_cgroup_or_meminfo_and_the_nearest_existing
     assert folder == str(tmp_path) and free > 0
 
 
+def test_a_first_task_of_empty_files_leaves_the_estimate():
+    """Task 0 of empty files encoded (0 bytes, 0 tokens; the differential test's case84 with 200 cases divided by
+    zero here): the other tasks keep the plan's 4 bytes a token."""
+    before = plan([dataclasses.replace(task(0), input_bytes=0), task(1)])
+    for tokens in (0, 5):
+        line, why = resources.corrected(before, LAYOUT, machine(), 0, tokens)
+        assert why is None and "(4.00 input bytes a token, counted on task 0, 4.00 estimated)" in line, line
+
+
 def test_the_sample_measures_bytes_a_token_of_the_model(tmp_path, sample_spm):
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor(model_file=sample_spm)
@@ -156,6 +165,8 @@ def test_the_sample_measures_bytes_a_token_of_the_model(tmp_path, sample_spm):
     assert per_token == pytest.approx(len(text.encode()) / tokens) and per_line == pytest.approx(tokens / 200)
     (tmp_path / "ids.txt").write_text("5 6 7\n8 9\n")
     assert resources.sample_bytes_per_token([str(tmp_path / "ids.txt")], sp, False) == (10 / 5, 2.5)
+    (tmp_path / "empty.txt").write_text("")  # a line of no bytes: nothing to measure, the default
+    assert resources.sample_bytes_per_token([str(tmp_path / "empty.txt")], sp, True) == (4.0, 25.0)
 
 
 def test_a_run_whose_corrected_plan_no_longer_fits_stops_after_its_first_encoded_task():

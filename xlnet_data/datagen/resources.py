@@ -309,8 +309,8 @@ def sample_bytes_per_token(files: Sequence[str], sp, from_raw_text: bool) -> tup
             tokens += sum(len(ids) or 1 for ids in sp.encode([line.strip() for line in sample]))
         else:
             tokens += sum(len(line.split()) or 1 for line in sample)
-    if not tokens:
-        return 4.0, 25.0  # nothing to sample: English with XLNet's model, roughly
+    if not nbytes:  # nothing to sample (empty files): English with XLNet's model, roughly
+        return 4.0, 25.0
     return nbytes / tokens, tokens / max(lines, 1)
 
 
@@ -357,7 +357,8 @@ def corrected(plan: ResourcePlan, layout: Layout, machine: Machine, task: int, t
     """(the plan's line again, refusal or None) once `task` is encoded and its `tokens` counted: the other tasks'
     tokens at its bytes a token (pure). The line says how far the estimate was off and whether the verdict changes."""
     done = next(size for size in plan.tasks if size.task == task)
-    bytes_per_token = done.input_bytes / max(tokens, 1)
+    # a task of empty files (no bytes, or no tokens) says nothing of the others: the estimate stays
+    bytes_per_token = done.input_bytes / tokens if tokens and done.input_bytes else plan.bytes_per_token
     tasks = [dataclasses.replace(size, tokens=tokens) if size.task == task else size for size in plan.tasks]
     again = resource_plan(tasks, layout, bytes_per_token, plan.tokens_per_line, plan.workers,
                           bool(plan.compile_memory))
