@@ -235,6 +235,41 @@ def test_every_character_that_begins_a_charsmap_entry_is_normalised_as_sentencep
     assert [(t, a) for t, a, b in zip(texts, ours, map(sp.normalize, texts)) if a != b] == []
 
 
+@pytest.fixture(scope="module")
+def chinese_spm(tmp_path_factory):
+    """A unigram model of SentencePiece's trainer on text of Chinese words (1-4 characters of 40, some kana and
+    ASCII among them): pieces of several characters of three bytes, as a model trained on Chinese has."""
+    rng = random.Random(11)
+    alphabet = "的一是不了人我在有他这为之大来以个中上们到说国和地也子时道出而要于就下得可你年生"
+    words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 4))) for _ in range(300)]
+    lines = ["".join(rng.choice(words) + rng.choice(["", "", "", "，", "。", " ", "x", "の"]) for _ in range(20))
+             for _ in range(3000)]
+    writer = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=writer, vocab_size=500,
+                                   character_coverage=1.0, num_threads=1, minloglevel=2)
+    path = tmp_path_factory.mktemp("chinese") / "zh.model"
+    path.write_bytes(writer.getvalue())
+    return path, alphabet, lines
+
+
+def test_every_piece_that_begins_with_a_character_of_three_bytes(chinese_spm):
+    """_viterbi takes the first character of three bytes at a start from its code point's node
+    (tries.three_byte_nodes) and walks on from there a byte at a time: every piece that begins with such a
+    character (U+2581 included: most pieces of an English model) alone, doubled, before ASCII, before its own
+    first character and before a character no piece holds; every character of the alphabet alone,
+    doubled and tripled; the training lines. Fails when one character's node in the table is wrong."""
+    path, alphabet, lines = chinese_spm
+    data = model_bytes(path)
+    encoder, sp = UnigramEncoder(data), spm.SentencePieceProcessor(model_proto=data)
+    pieces = [sp.id_to_piece(i).replace("\u2581", " ") for i in range(sp.get_piece_size())
+              if not (sp.is_control(i) or sp.is_unknown(i))]
+    starts = [p for p in pieces if 0x800 <= ord(p.lstrip()[:1] or "a") < 0x10000]
+    assert sum(len(p.strip()) > 1 for p in starts) > 100  # pieces of several characters: the walk goes on
+    texts = [t for p in starts for t in (p, p * 2, p + "x", p + p.lstrip()[0], p + "ꙮ", " " + p)]
+    texts += [c * n for c in alphabet for n in (1, 2, 3)] + lines[:500]
+    assert not differences(encoder, sp, texts)
+
+
 def test_str_lines_in_batches_give_the_ids_of_one_call(sample_spm, monkeypatch):
     """Many str lines are encoded STR_BATCH at a time: the ids and lengths are those of one call, a line left
     to SentencePiece (past LARGEST_SCORE) and blank lines included."""

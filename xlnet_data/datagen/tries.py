@@ -157,6 +157,29 @@ def build_double_array(keys: list, values) -> np.ndarray:
     return slots
 
 
+@compiled.jit()
+def three_byte_nodes(slots):
+    """For each code point (int64[65536]), the node of the double array `slots` that its three UTF-8 bytes lead to
+    from the root, as its slot with the node's own index in place of its parent's (slot_check), so that a walk
+    takes such a character in one load (each byte's was a dependent load of a slot): -1 where the bytes lead
+    nowhere (no key begins with the character); -2 below U+0800 (two bytes or fewer), which a walk takes a byte at
+    a time. For keys of UTF-8 text: a key that ends inside a character's bytes is not looked for."""
+    nodes = np.full(1 << 16, -2, dtype=np.int64)
+    root_base = slot_base(slots[0])
+    for code in range(0x800, 1 << 16):
+        key = (0xE0 | (code >> 12), 0x80 | ((code >> 6) & 0x3F), 0x80 | (code & 0x3F))
+        node, base = 0, root_base
+        for k in range(3):
+            child = base + key[k]
+            slot = slots[child]
+            if slot_check(slot) != node:
+                node = -1
+                break
+            node, base = child, slot_base(slot)
+        nodes[code] = node if node < 0 else slots[node] & ~MASK | node
+    return nodes
+
+
 @compiled.jit(inline="always")
 def longest_key(slots, data, pos, end):
     """(length, value) of the longest key of the double array `slots` that data[pos:end] starts with;

@@ -36,7 +36,18 @@ STR_BATCH = 4096
 
 
 @compiled.jit(inline="always")
-def _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, pieceless, best_score, best_start, best_id):
+def _offer(at, candidate, start, piece, best_score, best_start, best_id, largest):
+    """A piece from `start` to `at` whose path scores `candidate`: kept where it beats the best path ending there
+    (of equals the first stays, as in SentencePiece). Returns the largest size of a score written."""
+    if best_start[at] == -1 or candidate > best_score[at]:
+        best_score[at], best_start[at], best_id[at] = candidate, start, piece
+        return max(largest, abs(candidate))
+    return largest
+
+
+@compiled.jit(inline="always")
+def _viterbi(norm, begin, size, slots, start_nodes, scores, unk_id, unk_score, pieceless, best_score, best_start,
+             best_id):
     """The best path over norm[begin:begin + size] into best_*[0:size + 1] (each end's last piece, its start, the score);
     returns the largest size of a score written (ends inside a character keep the scratch's old values)."""
     # Indices are cast to np.uint64 where the loops read and write: numba fixes up a negative signed index on
@@ -49,10 +60,28 @@ def _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, pieceless, bes
     while start < size:
         here = np.uint64(start)
         till_here = best_score[here]
-        char_len = min(one_char_len(norm[np.uint64(begin + start)]), size - start)
+        pos = np.uint64(begin + start)
+        lead = np.int64(norm[pos])
+        char_len = min(one_char_len(lead), size - start)
         has_single = False
-        node, base = 0, root_base
-        for key_pos in range(start, size):
+        node, base, key_from = 0, root_base, start
+        if char_len == 3:
+            # A character of three bytes (CJK...) in one load (tries.three_byte_nodes): every start at this
+            # character walks the same three bytes from the root (the walk's dependent loads of slots were most
+            # of the encoder's time on Chinese).
+            second, third = norm[pos + np.uint64(1)], norm[pos + np.uint64(2)]
+            first = start_nodes[code_point_3(lead, second, third)] if (
+                (second & 0xC0) | ((third & 0xC0) >> 2)) == 0xA0 else -2  # -2: not UTF-8, a byte at a time
+            if first == -1:  # no piece begins with it
+                key_from = size
+            elif first >= 0:
+                node, base, key_from = tries.slot_check(first), tries.slot_base(first), start + 3
+                piece = tries.slot_value(first)
+                if piece >= 0:
+                    has_single = True
+                    largest = _offer(np.uint64(key_from), scores[piece] + till_here, start, piece, best_score,
+                                     best_start, best_id, largest)
+        for key_pos in range(key_from, size):
             child = base + np.int64(norm[np.uint64(begin + key_pos)])
             slot = slots[child]
             if tries.slot_check(slot) != node:
@@ -61,11 +90,8 @@ def _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, pieceless, bes
             piece = tries.slot_value(slot)
             if piece >= 0:
                 end = key_pos + 1
-                at = np.uint64(end)
-                candidate = scores[piece] + till_here
-                if best_start[at] == -1 or candidate > best_score[at]:
-                    best_score[at], best_start[at], best_id[at] = candidate, start, piece
-                    largest = max(largest, abs(candidate))
+                largest = _offer(np.uint64(end), scores[piece] + till_here, start, piece, best_score, best_start,
+                                 best_id, largest)
                 if end - start == char_len:
                     has_single = True
         if not has_single:
@@ -127,7 +153,8 @@ def _backtrack(size, best_start, best_id, path, out, at):
 
 
 @compiled.jit()
-def _encode_lines(data, line_starts, slots, scores, unk_id, unk_score, pieceless, norm_tables, scratch, out):
+def _encode_lines(data, line_starts, slots, start_nodes, scores, unk_id, unk_score, pieceless, norm_tables, scratch,
+                  out):
     """Ids of the lines data[line_starts[i]:line_starts[i + 1] - 1] (each followed by one separator byte):
     (ids in `out`, grown as needed; the number of ids of each line, -1 for a line left to SentencePiece
     (LARGEST_SCORE); the scratch arrays, grown)."""
@@ -157,8 +184,8 @@ def _encode_lines(data, line_starts, slots, scores, unk_id, unk_score, pieceless
     total = begin = 0
     for line in range(num_lines):
         size = norm_ends[line] - begin
-        largest = _viterbi(norm, begin, size, slots, scores, unk_id, unk_score, pieceless, best_score, best_start,
-                           best_id)
+        largest = _viterbi(norm, begin, size, slots, start_nodes, scores, unk_id, unk_score, pieceless, best_score,
+                           best_start, best_id)
         begin = norm_ends[line]
         if largest > LARGEST_SCORE:
             lengths[line] = -1
@@ -203,6 +230,7 @@ class UnigramEncoder:
             if kind == spm_model.UNKNOWN:
                 self._unk_id = i
         self._slots = tries.build_double_array(keys, ids)
+        self._start_nodes = tries.three_byte_nodes(self._slots)
         self._pieceless = np.ones(0x10000, dtype=np.bool_)  # the characters of 2 or 3 bytes that occur in no piece
         self._pieceless[:0x80] = False
         self._pieceless[[ord(c) for c in set("".join(key.decode("utf-8") for key in keys)) if ord(c) < 0x10000]] = False
@@ -224,8 +252,8 @@ class UnigramEncoder:
             return np.concatenate([ids for ids, _ in parts]), np.concatenate([lengths for _, lengths in parts])
         lines = texts if isinstance(texts, Utf8Lines) else Utf8Lines.of(texts)
         out, total, lengths, self._scratch = _encode_lines(
-            lines.data, lines.line_starts, self._slots, self._scores, self._unk_id, self._unk_score, self._pieceless,
-            self._norm_tables, self._scratch, self._out)
+            lines.data, lines.line_starts, self._slots, self._start_nodes, self._scores, self._unk_id, self._unk_score,
+            self._pieceless, self._norm_tables, self._scratch, self._out)
         self._out = out
         flat = out[:total].copy()
         left = np.flatnonzero(lengths < 0)
