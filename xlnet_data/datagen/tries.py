@@ -9,6 +9,9 @@ from the sorted keys, first fit over a list of the free slots.
 """
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from xlnet_data.common import compiled
 from xlnet_data.dataformat.spm_model import darts_offset
@@ -155,6 +158,21 @@ def build_double_array(keys: list, values) -> np.ndarray:
     if not slots.size:
         raise TrieTooLarge(f"{len(keys)} keys do not fit in a trie of 2**{BITS} slots")
     return slots
+
+
+@intrinsic
+def prefetch(typingctx, array, i):
+    """Compiled code's hint that array[i] will be read soon (LLVM's prefetch: no fault, no wait, a no-op where the
+    CPU has none): a walk's next load issued while the loads before it are in flight."""
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        address = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(8).as_pointer())
+        i32 = ir.IntType(32)
+        function_type = ir.FunctionType(ir.VoidType(), [address.type, i32, i32, i32])
+        hint = builder.module.declare_intrinsic("llvm.prefetch.p0i8", fnty=function_type)
+        builder.call(hint, [address, i32(0), i32(3), i32(1)])  # a read, kept in every cache level, of data
+        return context.get_dummy_value()
+    return types.void(array, types.intp), codegen
 
 
 @compiled.jit()

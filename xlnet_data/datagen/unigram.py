@@ -76,6 +76,16 @@ def _viterbi(norm, begin, size, slots, start_nodes, scores, unk_id, unk_score, p
                 key_from = size
             elif first >= 0:
                 node, base, key_from = tries.slot_check(first), tries.slot_base(first), start + 3
+                if start + 9 <= size:
+                    # The first slot that the next start's walk reads after its first character's node, asked for
+                    # a start ahead: it is in the cache when that walk needs it (a walk's loads depend on each
+                    # other, so each one it waits for is waited for in full).
+                    ahead = pos + np.uint64(3)
+                    if norm[ahead] >> 4 == 0xE:
+                        after = start_nodes[code_point_3(norm[ahead], norm[ahead + np.uint64(1)],
+                                                         norm[ahead + np.uint64(2)])]
+                        if after >= 0:
+                            tries.prefetch(slots, tries.slot_base(after) + np.int64(norm[ahead + np.uint64(3)]))
                 piece = tries.slot_value(first)
                 if piece >= 0:
                     has_single = True
