@@ -73,6 +73,18 @@ def tf_parse(tf, path, compression=""):
 
 
 @pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op thread for the tests' tiny torch shapes (`pytestmark = pytest.mark.usefixtures(...)`): on a shared
+    2-core machine torch's second OpenMP thread waits on the other processes (a step of the tiny model took 1-4.6 s
+    with 2 threads, 0.11-0.13 s with 1, measured; gpu_torch.py --smoke 71 s against 20 s)."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
 def tf():
     return pytest.importorskip("tensorflow")
 
