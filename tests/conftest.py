@@ -137,3 +137,35 @@ def original_here(tmp_path_factory):
                              *MODEL_CASES], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return {case: np.load(out / f"{case}.npz") for case in MODEL_CASES}
+
+
+def pytest_configure(config):
+    """Before pytest-xdist's workers start (on its controller only), compiles the package's numba code into its
+    on-disk caches, the usual and the bounds-checked (tests/numba_warmup.py), in two processes at once; a fresh
+    clone would otherwise compile it in every worker and create process that starts before the cache is written
+    (docs/testing.md has the measurement). Skipped once done for this checkout and this code (a marker in the
+    cache folder, which is keyed on the code), and with XLNET_NUMBA_WARMUP=0."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None) or \
+            os.environ.get("XLNET_NUMBA_WARMUP") == "0":
+        return
+    import hashlib
+
+    from fuzz_files import boundscheck_cache
+
+    from xlnet_data.common import compiled
+    code = os.path.basename(compiled.CACHE_DIR)  # the hash of the compiled code; numba's folders are per source path
+    marker = f"warm-{hashlib.sha1(str(ROOT).encode()).hexdigest()[:16]}"
+    envs = {base: dict(os.environ, NUMBA_CACHE_DIR=base, **flags) for base, flags in (
+        (os.path.dirname(compiled.CACHE_DIR), {}), (boundscheck_cache(), {"NUMBA_BOUNDSCHECK": "1"}))}
+    todo = {base: env for base, env in envs.items() if not os.path.exists(os.path.join(base, code, marker))}
+    runs = {base: subprocess.Popen([sys.executable, str(ROOT / "tests" / "numba_warmup.py")], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for base, env in todo.items()}
+    for base, run in runs.items():
+        stderr = run.communicate()[1]
+        if run.returncode == 0:
+            Path(base, code).mkdir(parents=True, exist_ok=True)
+            Path(base, code, marker).touch()
+        else:  # the tests that compile will say what is wrong; the warm-up only saves time
+            config.issue_config_time_warning(pytest.PytestWarning(
+                f"numba warm-up (tests/numba_warmup.py, NUMBA_CACHE_DIR={base}) failed: {stderr[-2000:]}"), 2)
