@@ -143,9 +143,11 @@ def pytest_configure(config):
     """Before pytest-xdist's workers start (on its controller only), compiles the package's numba code into its
     on-disk caches, the usual and the bounds-checked (tests/numba_warmup.py), in two processes at once; a fresh
     clone would otherwise compile it in every worker and create process that starts before the cache is written
-    (docs/testing.md has the measurement). Skipped once done for this checkout and this code (a marker in the
-    cache folder, which is keyed on the code), and with XLNET_NUMBA_WARMUP=0."""
-    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None) or \
+    (docs/testing.md has the measurement). Only for a run of the whole suite (no test files named, no -k), which
+    compiles it anyway; the bounds-checked code not with -m (its tests are all slow). Skipped once done for this
+    checkout and this code (a marker in the cache folder, which is keyed on the code), and with XLNET_NUMBA_WARMUP=0."""
+    whole_suite = not config.option.keyword and all(Path(arg).resolve() in (ROOT, ROOT / "tests") for arg in config.args)
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None) or not whole_suite or \
             os.environ.get("XLNET_NUMBA_WARMUP") == "0":
         return
     import hashlib
@@ -155,8 +157,10 @@ def pytest_configure(config):
     from xlnet_data.common import compiled
     code = os.path.basename(compiled.CACHE_DIR)  # the hash of the compiled code; numba's folders are per source path
     marker = f"warm-{hashlib.sha1(str(ROOT).encode()).hexdigest()[:16]}"
-    envs = {base: dict(os.environ, NUMBA_CACHE_DIR=base, **flags) for base, flags in (
-        (os.path.dirname(compiled.CACHE_DIR), {}), (boundscheck_cache(), {"NUMBA_BOUNDSCHECK": "1"}))}
+    caches = [(os.path.dirname(compiled.CACHE_DIR), {})]
+    if not config.option.markexpr:
+        caches.append((boundscheck_cache(), {"NUMBA_BOUNDSCHECK": "1"}))
+    envs = {base: dict(os.environ, NUMBA_CACHE_DIR=base, **flags) for base, flags in caches}
     todo = {base: env for base, env in envs.items() if not os.path.exists(os.path.join(base, code, marker))}
     runs = {base: subprocess.Popen([sys.executable, str(ROOT / "tests" / "numba_warmup.py")], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
