@@ -73,6 +73,18 @@ def tf_parse(tf, path, compression=""):
 
 
 @pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op thread for the tests' tiny torch shapes (`pytestmark = pytest.mark.usefixtures(...)`): on a shared
+    2-core machine torch's second OpenMP thread waits on the other processes (a step of the tiny model took 1-4.6 s
+    with 2 threads, 0.11-0.13 s with 1, measured; gpu_torch.py --smoke 71 s against 20 s)."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
 def tf():
     return pytest.importorskip("tensorflow")
 
@@ -125,3 +137,39 @@ def original_here(tmp_path_factory):
                              *MODEL_CASES], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return {case: np.load(out / f"{case}.npz") for case in MODEL_CASES}
+
+
+def pytest_configure(config):
+    """Before pytest-xdist's workers start (on its controller only), compiles the package's numba code into its
+    on-disk caches, the usual and the bounds-checked (tests/numba_warmup.py), in two processes at once; a fresh
+    clone would otherwise compile it in every worker and create process that starts before the cache is written
+    (docs/testing.md has the measurement). Only for a run of the whole suite (no test files named, no -k), which
+    compiles it anyway; the bounds-checked code not with -m (its tests are all slow). Skipped once done for this
+    checkout and this code (a marker in the cache folder, which is keyed on the code), and with XLNET_NUMBA_WARMUP=0."""
+    whole_suite = not config.option.keyword and all(Path(arg).resolve() in (ROOT, ROOT / "tests") for arg in config.args)
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None) or not whole_suite or \
+            os.environ.get("XLNET_NUMBA_WARMUP") == "0":
+        return
+    import hashlib
+
+    from fuzz_files import boundscheck_cache
+
+    from xlnet_data.common import compiled
+    code = os.path.basename(compiled.CACHE_DIR)  # the hash of the compiled code; numba's folders are per source path
+    marker = f"warm-{hashlib.sha1(str(ROOT).encode()).hexdigest()[:16]}"
+    caches = [(os.path.dirname(compiled.CACHE_DIR), {})]
+    if not config.option.markexpr:
+        caches.append((boundscheck_cache(), {"NUMBA_BOUNDSCHECK": "1"}))
+    envs = {base: dict(os.environ, NUMBA_CACHE_DIR=base, **flags) for base, flags in caches}
+    todo = {base: env for base, env in envs.items() if not os.path.exists(os.path.join(base, code, marker))}
+    runs = {base: subprocess.Popen([sys.executable, str(ROOT / "tests" / "numba_warmup.py")], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for base, env in todo.items()}
+    for base, run in runs.items():
+        stderr = run.communicate()[1]
+        if run.returncode == 0:
+            Path(base, code).mkdir(parents=True, exist_ok=True)
+            Path(base, code, marker).touch()
+        else:  # the tests that compile will say what is wrong; the warm-up only saves time
+            config.issue_config_time_warning(pytest.PytestWarning(
+                f"numba warm-up (tests/numba_warmup.py, NUMBA_CACHE_DIR={base}) failed: {stderr[-2000:]}"), 2)

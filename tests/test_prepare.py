@@ -366,21 +366,22 @@ def test_flag_errors_are_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_create_gives_the_same_records_as_from_the_hand_made_input(tmp_path, sample_spm):
+    """prepare and create as library calls, in this process (the commands' exits are other tests'): the same numba
+    code loaded once for both creates, no interpreter started three times."""
+    from xlnet_data.datagen.config import CreateConfig
+    from xlnet_data.datagen.job import create_records
     docs = generated_documents(40)
     write_jsonl(tmp_path / "raw" / "corpus.jsonl", docs)
     (tmp_path / "hand").mkdir()
     (tmp_path / "hand" / "corpus.txt").write_text(expected_text(docs), encoding="utf-8")
-    result = run_module("xlnet_data.prepare", f"--input_glob={tmp_path / 'raw' / '*.jsonl'}",
-                        f"--output_dir={tmp_path / 'prepared'}", "--num_workers=1")
-    assert result.returncode == 0, result.stderr
+    prepare(PrepareConfig(str(tmp_path / "raw" / "*.jsonl"), str(tmp_path / "prepared"), num_workers=1))
     assert shards_text(tmp_path / "prepared") == expected_text(docs)
-    flags = [f"--sp_path={sample_spm}", "--seq_len=32", "--reuse_len=16", "--bsz_per_host=2", "--num_core_per_host=1",
-             "--num_predict=5", "--num_workers=1"]
     records = {}
     for name, pattern in (("hand", "hand/*.txt"), ("prepared", "prepared/*.txt")):
-        result = run_module("xlnet_data.create", f"--input_glob={tmp_path / pattern}",
-                            f"--save_dir={tmp_path / (name + '_records')}", *flags)
-        assert result.returncode == 0, result.stderr
+        config = CreateConfig(input_glob=str(tmp_path / pattern), sp_path=str(sample_spm),
+                              save_dir=str(tmp_path / (name + "_records")), seq_len=32, reuse_len=16, bsz_per_host=2,
+                              num_core_per_host=1, num_predict=5)
+        create_records(config.validate(), num_workers=1)
         records[name] = read_save_dir(tmp_path / (name + "_records"), seq_len=32)
     assert records["hand"] and sum(len(v) for v in records["hand"].values()) > 10
     assert list(records["hand"]) == list(records["prepared"])

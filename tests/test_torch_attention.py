@@ -20,6 +20,7 @@ from xlnet_data.pretrain import config as C
 from xlnet_data.pretrain_torch import modeling as TM
 from xlnet_data.pretrain_torch import tf_checkpoint
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 FEATURE_KEYS = ["input_k", "input_q", "seg_id", "perm_mask", "target", "target_mask", "target_mapping"]
 
 

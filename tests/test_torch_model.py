@@ -27,6 +27,8 @@ FEATURE_KEYS = ["input_k", "input_q", "seg_id", "perm_mask", "target", "target_m
 STORED_ATOL = {"m1_bi_untied": 1e-5, "m2_uni_tied": 1e-5, "m3_sharp": 5e-5}
 ORIGINAL_ATOL = {"m1_bi_untied": 1e-5, "m2_uni_tied": 1e-5, "m3_sharp": 3e-5}
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def _golden(case):
     directory = SHARED / "golden_model" / case

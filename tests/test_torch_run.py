@@ -35,6 +35,7 @@ from xlnet_data.pretrain_torch.evaluation import Evaluator, HeldOut  # noqa: E40
 from xlnet_data.pretrain_torch.modeling import XLNet, init_weights  # noqa: E402
 from xlnet_data.pretrain_torch.reporting import Reporter  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 MODEL = C.XLNetConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, ff_activation="gelu", untie_r=True,
                       n_token=1000)
 SAMPLE_CORPUS = ROOT / "sample_corpus"

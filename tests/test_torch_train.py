@@ -27,14 +27,7 @@ TINY_SHAPE = ["--n_layer=2", "--d_model=16", "--n_head=2", "--d_head=8", "--d_in
               "--untie_r"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread for these tiny shapes: on a shared 2-core machine torch's second OpenMP thread waits on
-    the other processes (a step of the tiny model took 1-4.6 s with 2 threads, 0.11-0.13 s with 1, measured)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _create(sample_spm, tmp_path_factory, book, lines=40):
