@@ -1,7 +1,7 @@
 """Resident memory against the corpus's size (issue 45): create, and the trainers' cache input, at two sizes.
 
     python benchmarks/bench_create_memory.py [--sizes_mb=100,1000] [--core=0] [--corpus=shared|sample]
-                                             [--code=DIR --label=base]
+                                             [--pairs=1 --pair_sizes_mb=100] [--code=DIR --label=base]
 
 For each size, a corpus of that many MB in 8 files: ../shared's seven books (data/corpus_en) repeated, each repeat
 with its lines in another seeded order (--corpus=shared, the default where ../shared is), or sample_corpus/
@@ -22,7 +22,8 @@ the figures are per process), its peak resident memory two ways, and its CPU tim
   create 1, memory  create --num_passes=1: the task encoded in memory for its one unit (the in-memory path)
   create 1, cache   create --num_passes=1 --keep_cache: the same unit from its mapped token cache
 
-The last two (the speed of the mapped cache against the in-memory path) at the smallest size only.
+The last two (the speed of the mapped cache against the in-memory path) at the smallest size only, or at each of
+--pair_sizes_mb, --pairs times, alternating (each pair's ratio of tokens/s and their median printed).
 With `--code=DIR` (a checkout of another commit, e.g. `git archive d6719e9 | tar -x -C DIR`) the rows of its code
 (PYTHONPATH=DIR; the two runs with --num_passes=1 apart, which an older create may not tell apart).
 Prints the rows, then the growth in bytes a token between the smallest and largest size, and tokens/s (the
@@ -34,6 +35,7 @@ import os
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -138,7 +140,7 @@ def create(code_root, core, corpus, save_dir, *extra):
                                  f"--save_dir={save_dir}", "--num_workers=1", "--overwrite", *CONFIGS[128], *extra])
 
 
-def rows_for(code_root, core, corpus, work, one_pass):
+def rows_for(code_root, core, corpus, work, pairs):
     rows = {}
     rss, sampled, seconds, err = create(code_root, core, corpus, f"{work}/two", "--num_passes=2", "--keep_cache")
     tokens = tokens_of(err) // 2  # the summary counts each pass's tokens
@@ -148,12 +150,18 @@ def rows_for(code_root, core, corpus, work, one_pass):
     rss, sampled, seconds, _ = run(code_root, core, ["-c", GENERATE, f"{work}/two"])
     rows["cache input"] = (rss, sampled, seconds, tokens)
     shutil.rmtree(f"{work}/two")
-    if one_pass:
+    for pair in range(pairs):  # alternating, so that both see the same load
         for what, extra in (("create 1, memory", ()), ("create 1, cache", ("--keep_cache",))):
             rss, sampled, seconds, err = create(code_root, core, corpus, f"{work}/one", "--num_passes=1", *extra)
-            rows[what] = (rss, sampled, seconds, tokens)
+            rows[what + (f" #{pair + 1}" if pairs > 1 else "")] = (rss, sampled, seconds, tokens)
             shutil.rmtree(f"{work}/one")
     return rows
+
+
+def pair_ratios(rows):
+    """The cache's tokens/s over the in-memory path's, pair by pair (rows_for's `create 1` rows)."""
+    memory = sorted(what for what in rows if what.startswith("create 1, memory"))
+    return [rows[what][2] / rows[what.replace("memory", "cache")][2] for what in memory]
 
 
 def main():
@@ -161,10 +169,14 @@ def main():
     parser.add_argument("--sizes_mb", default="100,1000")
     parser.add_argument("--core", type=int, default=0)
     parser.add_argument("--corpus", choices=("shared", "sample"), default="shared" if SHARED_BOOKS.is_dir() else "sample")
+    parser.add_argument("--pairs", type=int, default=1, help="alternating pairs of create --num_passes=1 in "
+                        "memory and through the cache, at each of --pair_sizes_mb")
+    parser.add_argument("--pair_sizes_mb", default="", help="the sizes with the pairs (default: the smallest)")
     parser.add_argument("--code", help="another checkout to measure instead of this one")
     parser.add_argument("--label", default="this", help="the code's name in the rows")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes_mb.split(",")]
+    pair_sizes = [int(size) for size in args.pair_sizes_mb.split(",")] if args.pair_sizes_mb else sizes[:1]
     code_root = Path(args.code).resolve() if args.code else ROOT
     print(f"CPU: {cpu_name()}; load {' '.join(f'{x:.2f}' for x in os.getloadavg())}; pinned to core {args.core}; "
           f"corpus: {args.corpus}")
@@ -176,14 +188,20 @@ def main():
             corpus = (shuffled_corpus(Path(tmp, "corpus"), size, NUM_FILES) if args.corpus == "shared" else
                       make_corpus(Path(tmp, "corpus"), size, num_files=NUM_FILES))
             work, name = Path(tmp, "run"), args.label
-            for what, (rss, sampled, seconds, tokens) in rows_for(code_root, args.core, corpus, work,
-                                                                  not args.code and size == sizes[0]).items():
+            pairs = 0 if args.code else args.pairs if size in pair_sizes else 0
+            rows = rows_for(code_root, args.core, corpus, work, pairs)
+            for what, (rss, sampled, seconds, tokens) in rows.items():
                 table[name, size, what] = (rss, sampled, tokens)
                 print(f"| {name} | {size} | {tokens} | {what} | {rss / 1e6:.0f} | {sampled / 1e6:.0f} | {seconds:.1f} | "
                       f"{tokens / seconds:,.0f} |", flush=True)
+            if pairs:
+                ratios = pair_ratios(rows)
+                print(f"{size} MB: the mapped cache's tokens/s over the in-memory path's, pair by pair: "
+                      f"{', '.join(f'{ratio:.3f}' for ratio in ratios)}; median {statistics.median(ratios):.3f}; "
+                      f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     small, large = sizes[0], sizes[-1]
     for (name, size, what), (rss, sampled, tokens) in sorted(table.items()):
-        if size == large and (name, small, what) in table:
+        if size == large != small and (name, small, what) in table:  # one size: no growth
             rss0, sampled0, tokens0 = table[name, small, what]
             print(f"{name}, {what}: {(rss - rss0) / (tokens - tokens0):.2f} bytes a token of growth (maxrss), "
                   f"{(sampled - sampled0) / (tokens - tokens0):.2f} (sampled) from {small} to {large} MB")

@@ -225,3 +225,40 @@ def test_a_one_pass_run_encodes_in_memory_and_writes_what_the_cache_gives(tmp_pa
     assert not (tmp_path / "memory" / "token_cache").exists()
     assert runs["cache"].stderr.count("into its token cache") == 2 and (tmp_path / "cache" / "token_cache").exists()
     assert_same_records(tmp_path / "memory", tmp_path / "cache")
+
+
+def test_a_range_read_from_the_file_is_what_the_map_holds_and_one_across_files_is_read_through_the_map(tmp_path):
+    """layout.copy_read (a B drawn anywhere in its row, read by pread rather than through the mapped cache): ids of 2
+    and 4 bytes and word-start bits, rows forwards and reversed, at any offset. The map handed in is zeros, so that
+    a range read from the file (one file's segment) is told from one read through the map (across two segments, or
+    larger than the scratch buffer)."""
+    from xlnet_data.dataformat.examples.layout import BITS, copy_read, copy_values
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 256, 6400, dtype=np.uint8)  # the segments below lie inside it
+    path = tmp_path / "cache.bin"
+    path.write_bytes(data.tobytes())
+    seg_starts = np.array([0, 300, 301, 1100], dtype=np.int64)  # three segments, one of a single token
+    zeros = np.zeros_like(data)
+    scratch, window = np.empty(64, dtype=np.uint8), np.zeros(3, dtype=np.int64)
+    with open(path, "rb") as f:
+        for width in (2, 4, BITS):
+            seg_offsets = np.array([1201, 7, 3001] if width != BITS else [4001, 3, 4500], dtype=np.int64)
+            for _ in range(300):
+                row_len = int(rng.integers(1, 400))
+                base = int(rng.integers(0, 1100 - row_len + 1))
+                begin = int(rng.integers(0, row_len))
+                end = int(rng.integers(begin, min(row_len, begin + 40) + 1))
+                reverse = bool(rng.integers(0, 2))
+                args = (seg_starts, seg_offsets, base, row_len, reverse, begin, end)
+                want = np.full(50, -1, np.int32)
+                assert copy_values(want, 3, data, width, *args) == 3 + end - begin
+                got = np.full(50, -1, np.int32)
+                assert copy_read(got, 3, f.fileno(), scratch, window, zeros, width, *args) == 3 + end - begin
+                first, last = (base + row_len - end, base + row_len - 1 - begin) if reverse else (base + begin,
+                                                                                               base + end - 1)
+                one_segment = np.searchsorted(seg_starts, first, "right") == np.searchsorted(seg_starts, last, "right")
+                read = one_segment and (end - begin) * (width or 1) <= 64  # what fits the scratch buffer
+                assert (got == want).all() if read or begin == end else (got[3:3 + end - begin] == 0).all()
+            got = np.full(50, -1, np.int32)  # no file (a stream in memory): through the map
+            copy_read(got, 0, -1, scratch, window, zeros, width, seg_starts, seg_offsets, 0, 10, False, 0, 10)
+            assert (got[:10] == 0).all()

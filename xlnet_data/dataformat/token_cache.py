@@ -371,14 +371,19 @@ def mapped_stream(save_dir: str, index: CacheIndex, order, vocab_size: int) -> l
     cache file mapped into memory (read-only), one segment a shard, its ids and word-start bits checked against
     their checksums and the ids against [0, vocab_size) first (the flags as they are read, twice, by stream_flags).
     The mapped pages are the page cache's: TokenStream.release drops those read from the process, so that a unit's
-    resident memory does not grow with its stream. A gs:// cache, which cannot be mapped, is read into memory
+    resident memory does not grow with its stream; the file stays open beside the map, for the reads that would
+    fault in pages for a few ids (layout.copy_read). A gs:// cache, which cannot be mapped, is read into memory
     (read_stream)."""
     data_path, _ = token_cache_paths(save_dir, index.task, index.key)
     if fileio.is_remote(data_path) or not index.tokens:
         return layout.in_memory_stream(*read_stream(save_dir, index, order, vocab_size))
-    with open(data_path, "rb") as f:
-        max_id = _max_id_checked(f, index, data_path, vocab_size)
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    file = open(data_path, "rb")  # kept open with the stream: a B drawn anywhere is read from it (layout.copy_read)
+    try:
+        max_id = _max_id_checked(file, index, data_path, vocab_size)
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    except BaseException:
+        file.close()
+        raise
     source = np.frombuffer(mapped, dtype=np.uint8)
     shards = [index.shards[i] for i in order]
     seg_starts = np.zeros(len(shards) + 1, dtype=np.int64)
@@ -388,7 +393,7 @@ def mapped_stream(save_dir: str, index: CacheIndex, order, vocab_size: int) -> l
     seg_bits = np.array([shard["starts_offset"] if index.word_starts else 0 for shard in shards], dtype=np.int64)
     return layout.TokenStream(index.tokens, source, np.dtype(index.ids).itemsize, source, index.word_starts,
                               seg_starts, seg_ids, seg_bits, lambda: stream_flags(save_dir, index, order), max_id,
-                              lambda: mapped.madvise(mmap.MADV_DONTNEED))
+                              lambda: mapped.madvise(mmap.MADV_DONTNEED), file)
 
 
 def verify(save_dir: str, index: CacheIndex) -> None:

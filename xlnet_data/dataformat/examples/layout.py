@@ -4,17 +4,20 @@ The rows are never copied out of the stream: the loop reads row r's position k a
 source[r] * row_len + k (a reversed row from the other end) through a TokenStream, whose ids (and word-start bits)
 are segments of a byte source: a task's token cache file mapped into memory, its files in the unit's order
 (token_cache.mapped_stream), or arrays in memory (in_memory_stream). So a unit holds its rows' sentence
-boundaries, not its tokens: the mapped pages are the page cache's, dropped from the process after each chunk
-(TokenStream.release).
+boundaries, not its tokens: the mapped pages are the page cache's, dropped from the process now and then
+(TokenStream.release). The rows are read through the map where each row's examples stand, which moves on
+slowly; a B drawn anywhere in the row is read from the file by pread(2) (copy_read): through the map, each such
+B faulted in a large folio (~300 KB here, kernel 6.18), which then had to be dropped again.
 """
 
 import dataclasses
 import sys
 from collections.abc import Callable, Iterator
+from typing import Optional
 
 import numpy as np
 from llvmlite import ir
-from numba.core import types
+from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from xlnet_data.common import compiled
@@ -38,6 +41,12 @@ class TokenStream:
     flags: Callable[[], Iterator[np.ndarray]]  # the sentence flags in stream order, in bool chunks (files flipped)
     max_id: int  # -1 when empty
     release: Callable[[], None] = lambda: None  # drops the pages read so far from the process (a mapped file)
+    file: Optional[object] = None  # the mapped file, open: copy_read's reads; None in memory
+
+    @property
+    def fd(self) -> int:
+        """The mapped file's descriptor (copy_read), -1 for a stream in memory."""
+        return -1 if self.file is None else self.file.fileno()
 
     def arrays(self):
         """(ids int32, sent_ids bool, word starts bool or None) of the whole stream, in memory (tests, small
@@ -89,6 +98,21 @@ _load_u16 = _unaligned_load(16, signed=False)  # the ids of a token cache of at 
 _load_i32 = _unaligned_load(32, signed=True)
 
 
+@intrinsic
+def _pread(typingctx, fd, buf, nbytes, offset):
+    """A function of compiled code: pread(2) of `nbytes` at `offset` of the open file `fd` into the uint8 array
+    `buf`; the bytes read, or -1 (an error, or Windows, which has no pread: the caller reads the map instead)."""
+    def codegen(context, builder, signature, args):
+        if sys.platform == "win32":
+            return ir.Constant(ir.IntType(64), -1)
+        function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(64), [
+            ir.IntType(32), ir.IntType(8).as_pointer(), ir.IntType(64), ir.IntType(64)]), "pread")
+        array = context.make_array(signature.args[1])(context, builder, args[1])
+        return builder.call(function, [builder.trunc(args[0], ir.IntType(32)),
+                                       builder.bitcast(array.data, ir.IntType(8).as_pointer()), args[2], args[3]])
+    return types.int64(fd, buf, nbytes, offset), codegen
+
+
 @compiled.jit(inline="always")
 def _segment(seg_starts, p, s):
     """The segment holding stream position p: `s` (the last one found) when it does, else a binary search for
@@ -136,6 +160,31 @@ def copy_values(out, n, source, width, seg_starts, seg_offsets, base, row_len, r
         out[n] = value
         n += 1
     return n
+
+
+@compiled.jit(inline="always")
+def copy_read(out, n, fd, scratch, window, source, width, seg_starts, seg_offsets, base, row_len, reverse, begin,
+              end):
+    """copy_values, the bytes read from the open file `fd` (pread) into `scratch` rather than through the map
+    `source`: for a range anywhere in the stream, whose mapped pages would be faulted in for it alone. A range
+    across segments, larger than `scratch`, or not read (no file: fd -1) is read through `source`. `window`: 3
+    int64 of room for the range's segment as copy_values reads it from `scratch`."""
+    if fd >= 0 and begin < end:
+        first = base + (row_len - 1 - begin if reverse else begin)
+        last = first + (begin + 1 - end if reverse else end - 1 - begin)
+        low, high = min(first, last), max(first, last)
+        s = _segment(seg_starts, low, 0)
+        if high < seg_starts[s + 1]:
+            j_low, j_high = low - seg_starts[s], high - seg_starts[s]
+            if width == BITS:
+                at, nbytes = seg_offsets[s] + (j_low >> 3), (j_high >> 3) - (j_low >> 3) + 1
+            else:
+                at, nbytes = seg_offsets[s] + j_low * width, (j_high - j_low + 1) * width
+            if nbytes <= scratch.shape[0] and _pread(fd, scratch, nbytes, at) == nbytes:
+                window[0], window[1], window[2] = seg_starts[s], seg_starts[s + 1], seg_offsets[s] - at
+                return copy_values(out, n, scratch, width, window[:2], window[2:], base, row_len, reverse, begin,
+                                   end)
+    return copy_values(out, n, source, width, seg_starts, seg_offsets, base, row_len, reverse, begin, end)
 
 
 @dataclasses.dataclass(frozen=True)

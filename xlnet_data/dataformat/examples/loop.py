@@ -17,7 +17,7 @@ from xlnet_data.common.config_types import check_field_types
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.dataformat import records
 from xlnet_data.dataformat.examples import layout
-from xlnet_data.dataformat.examples.layout import BITS, copy_values, value_at
+from xlnet_data.dataformat.examples.layout import BITS, copy_read, copy_values, value_at
 from xlnet_data.dataformat.examples.masking import ngram_cdf, sample_mask
 from xlnet_data.dataformat.examples.pairing import split_a_and_b
 from xlnet_data.dataformat.record_info import created_num_core
@@ -165,22 +165,32 @@ def _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, after_a, afte
 
 
 @compiled.jit(inline="always")
-def _gather(out, stream, width, base, row_len, reverse, i, reuse_len, a_begin, a_end, b_begin, b_end, sep, cls):
+def _gather(out, stream, width, base, row_len, reverse, i, reuse_len, a_begin, a_end, b_begin, b_end, b_read, scratch,
+            window, sep, cls):
     """Fills `out` with an example's values from its row's (at stream position `base`, reversed where `reverse`;
     ids, or word-start bits where `width` is layout.BITS): memory, A, `sep`, B, `sep`, `cls`; returns the
-    positions of the two `sep`. `stream`: (source, segment starts, segment offsets)."""
-    source, seg_starts, seg_offsets = stream
+    positions of the two `sep` and the value after B (B's target's last). `stream`: (source, segment starts,
+    segment offsets, file descriptor); where `b_read`, B is read from the file (layout.copy_read, into `scratch`
+    and `window`) rather than through the map."""
+    source, seg_starts, seg_offsets, fd = stream
     n = copy_values(out, 0, source, width, seg_starts, seg_offsets, base, row_len, reverse, i, i + reuse_len)
     a_sep = copy_values(out, n, source, width, seg_starts, seg_offsets, base, row_len, reverse, a_begin, a_end)
     out[a_sep] = sep
-    n = copy_values(out, a_sep + 1, source, width, seg_starts, seg_offsets, base, row_len, reverse, b_begin, b_end)
+    # B and the value after it, which the second `sep` then overwrites (split_a_and_b leaves it inside the row)
+    if b_read:
+        n = copy_read(out, a_sep + 1, fd, scratch, window, source, width, seg_starts, seg_offsets, base, row_len,
+                      reverse, b_begin, b_end + 1) - 1
+    else:
+        n = copy_values(out, a_sep + 1, source, width, seg_starts, seg_offsets, base, row_len, reverse, b_begin,
+                        b_end + 1) - 1
+    after_b = out[n]
     out[n], out[n + 1] = sep, cls
-    return a_sep, n
+    return a_sep, n, after_b
 
 
 @compiled.jit(inline="always")
 def _id_at(stream, width, base, row_len, reverse, k):
-    source, seg_starts, seg_offsets = stream
+    source, seg_starts, seg_offsets, _ = stream
     return value_at(source, width, seg_starts, seg_offsets, base + (row_len - 1 - k if reverse else k), 0)[0]
 
 
@@ -192,8 +202,9 @@ def _write_steps(ids_of, id_bytes, bits_of, by_position, row_len, bounds, bound_
 
     Returns (steps written, bytes written, done). `done` is True once the rows are used up or a row
     cannot give A/B any more; the original drops that whole step and stops there. The stream's ids are read
-    through `ids_of` (layout.TokenStream's id source, segment starts and id offsets; `id_bytes` each) and its
-    word starts through `bits_of` (alike); row r is forward row source[r] of `row_len` tokens, reversed where
+    through `ids_of` (layout.TokenStream's id source, segment starts, id offsets and file descriptor; `id_bytes`
+    each) and its word starts through `bits_of` (alike); a B drawn anywhere in the row (label 0) from the file,
+    not through the map (layout.copy_read). Row r is forward row source[r] of `row_len` tokens, reversed where
     reverse[r]. `bounds` and `bound_offsets` are the forward rows' sentence boundaries (pairing.row_boundaries). Only
     rows r with `keep[r]` are serialised; the others still draw their A/B and masks, which the rows after them
     depend on (a worker's share, pretrain/cache_input.py; a count of the steps). nogil: the training input
@@ -205,6 +216,8 @@ def _write_steps(ids_of, id_bytes, bits_of, by_position, row_len, bounds, bound_
     ids = np.zeros(seq_len, dtype=np.int32)
     mask = np.zeros(seq_len, dtype=np.bool_)
     starts = np.ones(seq_len, dtype=np.bool_)
+    scratch = np.empty(seq_len * 4 + 8, dtype=np.uint8)  # a B's ids (4 bytes at most) or bits, as read
+    window = np.zeros(3, dtype=np.int64)
     region = records.varints_bytes_bound(seq_len)  # each feature's varints in a region of its own
     begins = np.arange(len(records.FEATURES)) * region
     ends = begins.copy()
@@ -223,11 +236,12 @@ def _write_steps(ids_of, id_bytes, bits_of, by_position, row_len, bounds, bound_
                 tot_len, py_mt)
             if not ok:
                 return step, step_start, True
-            a_sep, b_sep = _gather(ids, ids_of, id_bytes, base, row_len, reverse[r], i, reuse_len, a_begin, a_end,
-                                   b_begin, b_end, SEP_ID, CLS_ID)
+            b_read = label == 0  # B anywhere in the row: from the file (a label 1 B follows A)
+            a_sep, b_sep, after_b = _gather(ids, ids_of, id_bytes, base, row_len, reverse[r], i, reuse_len, a_begin,
+                                            a_end, b_begin, b_end, b_read, scratch, window, SEP_ID, CLS_ID)
             if by_position:  # <sep> and <cls> start words
                 _gather(starts, bits_of, BITS, base, row_len, reverse[r], i, reuse_len, a_begin, a_end, b_begin,
-                        b_end, True, True)
+                        b_end, b_read, scratch, window, True, True)
             else:
                 for k in range(seq_len):
                     starts[k] = is_start[ids[k]]
@@ -241,16 +255,16 @@ def _write_steps(ids_of, id_bytes, bits_of, by_position, row_len, bounds, bound_
                         cdf, np_mt, word_spans)
             if keep[r]:
                 after_a = _id_at(ids_of, id_bytes, base, row_len, reverse[r], a_end)
-                after_b = _id_at(ids_of, id_bytes, base, row_len, reverse[r], b_end)
                 _put_features(payloads, begins, ends, ids, mask, a_sep, b_sep, after_a, after_b, label)
                 pos = records.put_record(buf, pos, payloads, begins, ends, keys, key_lengths)
     return max_steps, pos, False
 
 
-# Examples made between two releases of the mapped stream's pages (UnitLoop.write): about half draw a B anywhere in the
-# stream, and the kernel maps up to 64 KB around each page faulted in (fault-around; MADV_RANDOM does not stop it), so
-# at most ~4 MB of such pages are resident. 1,024 left a 23 MB cache all resident at every release.
-RELEASE_EVERY_ROWS = 128
+# Bytes of ids the rows move on by between two releases of the mapped stream's pages (UnitLoop.write). Only where
+# each row's examples stand is read through the map (a B drawn anywhere is read from the file: layout.copy_read),
+# so about this much and a folio a row are resident. Dropping them every 128 examples while each B was read through
+# the map: 308,000 faults and ~2 CPU s of 15 a pass of 26.5M tokens.
+RELEASE_BYTES = 8 << 20
 
 
 class UnitLoop:
@@ -270,19 +284,19 @@ class UnitLoop:
     def write(self, first_step, max_steps, buf, keep=None):
         """Up to `max_steps` steps from `first_step` (where the random streams stand) into `buf`, the rows of
         `keep` only (default: all); returns (steps, bytes, done) as _write_steps. The mapped pages read are dropped
-        from the process (TokenStream.release) every RELEASE_EVERY_ROWS examples, so that the unit's memory does not
-        grow with its stream."""
+        from the process (TokenStream.release) every RELEASE_BYTES of the rows' ids and at the end, so that the
+        unit's memory does not grow with its stream."""
         settings, rows = self.settings, self.rows
         stream = rows.stream
         goal_mem, goal_ab = num_predict_parts(settings.num_predict)
-        per_call = max(1, RELEASE_EVERY_ROWS // self.bsz)
+        per_call = max(1, RELEASE_BYTES // (self.bsz * settings.reuse_len * stream.id_bytes))
         steps = nbytes = 0
         done = False
         try:
             while steps < max_steps and not done:
                 more, written, done = _write_steps(
-                    (stream.id_source, stream.seg_starts, stream.seg_ids), stream.id_bytes,
-                    (stream.bit_source, stream.seg_starts, stream.seg_bits), stream.word_starts, rows.row_len,
+                    (stream.id_source, stream.seg_starts, stream.seg_ids, stream.fd), stream.id_bytes,
+                    (stream.bit_source, stream.seg_starts, stream.seg_bits, stream.fd), stream.word_starts, rows.row_len,
                     rows.bounds, rows.bound_offsets, rows.source, rows.reverse, first_step + steps,
                     min(per_call, max_steps - steps), settings.seq_len, settings.reuse_len, goal_mem, goal_ab,
                     settings.mask_alpha, settings.mask_beta, settings.span_unit == "word", self.is_start, self.cdf,
