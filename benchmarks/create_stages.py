@@ -7,8 +7,9 @@ run in this process on corpora of `size_mb` and 2 x `size_mb` (bench_create's ma
 warm-up run of each, with CPU-time (time.process_time) timers around their stages. A stage's time is
 its own: the stages it calls are taken out. Each figure is ns per token of the difference between the
 two corpora, so fixed costs (imports, compiled-code loading, tables built once) cancel as they do in
-bench_create's end-to-end figures; median of `--repeat` rounds. Process start-up is not measured here:
-bench_create cancels it.
+bench_create's end-to-end figures; median of `--repeat` rounds. The warm-ups' objects are frozen out of
+Python's cyclic garbage collector (gc.freeze), so that its row is the timed runs' own collections. Process
+start-up is not measured here: bench_create cancels it.
 """
 
 import argparse
@@ -134,6 +135,11 @@ def instrument():
 def measure(run, small, large, repeat):
     """{stage: [ns per token of the large-minus-small difference, per round]}, and the tokens of each corpus."""
     run(small)  # warm-up: compiled code loaded, tables built
+    # What the warm-ups left (numba's objects: 520k tracked after a create that compiled) is set aside from the cyclic
+    # collector: else its full collections scanned them at random moments of the timed runs (the row spread 1-126 ns
+    # a token); a create process (113k tracked objects) pays a fixed ~0.1 s for them, which all less half cancels.
+    gc.collect()
+    gc.freeze()
     per_stage, tokens = {}, {}
     for _ in range(repeat):
         seconds = {}
