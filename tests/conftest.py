@@ -173,3 +173,63 @@ def pytest_configure(config):
         else:  # the tests that compile will say what is wrong; the warm-up only saves time
             config.issue_config_time_warning(pytest.PytestWarning(
                 f"numba warm-up (tests/numba_warmup.py, NUMBA_CACHE_DIR={base}) failed: {stderr[-2000:]}"), 2)
+
+
+# ----- several runs of a command, one interpreter start-up ---------------------------------------------------------
+# Each `python -m xlnet_data.train_gpu` or `export_hf` pays TensorFlow's import (4.5 s quiet, 7-10 s loaded) before
+# its first check; a test of several one-line refusals paid it once per refusal. Here one process imports the command
+# and `preload` once, then runs each argv in a child forked from it: the child runs the command's own `run()` (flag
+# parsing, cli.run's one-line errors, the exit status) with its own stdout and stderr, as `python -m` would.
+# Fork is safe here because the parent runs no TensorFlow op (its thread pools start at the first one, in the child).
+
+# What train_gpu imports before its first step: a `preload` for its runs.
+TRAIN_GPU_PRELOAD = ("tensorflow", "xlnet_data.pretrain.training")
+
+_FORKED_RUNS = r"""
+import importlib, json, os, sys, traceback
+out_dir, runs, preload = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+for name in preload + [module_name for module_name, _ in runs]:
+    importlib.import_module(name)
+for i, (module_name, argv) in enumerate(runs):
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        for fd, name in ((1, "out"), (2, "err")):
+            os.dup2(os.open(os.path.join(out_dir, f"{i}.{name}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        sys.argv = [module_name, *argv]
+        try:
+            sys.modules[module_name].run()
+            status = 0
+        except SystemExit as exit_:
+            if isinstance(exit_.code, str):
+                print(exit_.code, file=sys.stderr)
+            status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(status)
+    _, wait_status = os.waitpid(pid, 0)
+    with open(os.path.join(out_dir, f"{i}.status"), "w") as fp:
+        fp.write(str(os.waitstatus_to_exitcode(wait_status)))
+"""
+
+
+def run_modules_forked(runs, tmp_dir, preload=("tensorflow",), timeout=600):
+    """Runs `python -m module args` for each (module, args) of `runs`, one after the other, in children forked from
+    one process that imported the modules and `preload` once; returns a CompletedProcess (text output) per run."""
+    out_dir = Path(tmp_dir) / "forked_runs"
+    out_dir.mkdir(parents=True)
+    runs = [(module, [str(arg) for arg in args]) for module, args in runs]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    driver = subprocess.run([sys.executable, "-c", _FORKED_RUNS, str(out_dir), json.dumps(runs), json.dumps(list(preload))],
+                            env=env, capture_output=True, text=True, timeout=timeout)
+    assert driver.returncode == 0, driver.stderr[-3000:]
+    return [subprocess.CompletedProcess([sys.executable, "-m", module, *args], int((out_dir / f"{i}.status").read_text()),
+                                        (out_dir / f"{i}.out").read_text(), (out_dir / f"{i}.err").read_text())
+            for i, (module, args) in enumerate(runs)]
+
+
+def run_module_forked(module, argvs, tmp_dir, preload=("tensorflow",), timeout=600):
+    """run_modules_forked of one module's runs, one per argv."""
+    return run_modules_forked([(module, argv) for argv in argvs], tmp_dir, preload, timeout)

@@ -164,7 +164,8 @@ def test_cache_unit_positions_index_the_stream(both):
 
 
 @pytest.mark.slow
-def test_train_gpu_logs_the_records_losses_from_the_cache_and_a_missing_cache_is_one_line(both, whole, tmp_path):
+def test_train_gpu_logs_the_records_losses_from_the_cache_and_a_missing_cache_is_one_line(both, whole, command_runs,
+                                                                                        tmp_path):
     """What a user checks from the command line: every step's loss line, from the cache, is the records' (the
     run on the records in `whole`, with the flags that make the same config)."""
     import re
@@ -173,10 +174,7 @@ def test_train_gpu_logs_the_records_losses_from_the_cache_and_a_missing_cache_is
     from conftest import run_module
     from test_train import TINY_SHAPE
     _, cache = both
-    same_config = [*TINY_SHAPE, "--n_layer=1", "--mem_len=32", "--learning_rate=1e-3", "--warmup_steps=10",
-                   "--dropout=0.1", "--strategy=one_device", f"--train_steps={len(whole)}", "--iterations=1"]
-    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={cache}", f"--model_dir={tmp_path / 'm'}",
-                        *same_config)
+    result = command_runs["logged"][1]["train"]
     assert result.returncode == 0, result.stderr[-3000:]
     logged = re.findall(r"step (\d+) \| loss ([\d.]+)", result.stderr)
     assert logged == [(str(step), f"{loss:.4f}") for step, loss in enumerate(whole, 1)]
@@ -203,19 +201,58 @@ def damage(save_dir, tmp_path, name):
     return copy, path
 
 
-@pytest.mark.slow
-def test_a_cache_damaged_at_the_same_size_is_refused_by_train_gpu_and_dump(both, tmp_path):
-    """As a damaged records file is by its CRCs: one line naming the file and the chunk, exit 2."""
-    from conftest import run_module
+@pytest.fixture(scope="module")
+def command_runs(both, whole, tmp_path_factory):
+    """The slow tests' command-line runs: a run on the cache-backed save_dir (the flags that make `whole`'s config)
+    and runs on damaged copies of it, one after the other in one process's forked children
+    (conftest.run_modules_forked: one TensorFlow import for the six): {name: (the damaged file or None,
+    {program: finished process})}."""
+    import shutil
+
+    from conftest import TRAIN_GPU_PRELOAD, run_modules_forked
+    from test_cache_input import rewrite_as_format_1
     from test_train import TINY_SHAPE
-    broken, cache_file = damage(both[1], tmp_path, "damaged")
+    base = tmp_path_factory.mktemp("command_runs")
+    damaged, damaged_file = damage(both[1], base, "damaged")
+    # A format-1 cache (no checksums) that holds 400 int32 ids past the vocabulary, in place.
+    old = base / "old"
+    shutil.copytree(both[1], old)
+    rewrite_as_format_1(old)
+    (old_file,) = (old / "token_cache").glob("*.bin")
+    data = bytearray(old_file.read_bytes())
+    data[400:2000] = np.full(400, 60000, dtype="<i4").tobytes()
+    old_file.write_bytes(bytes(data))
+    name, edit, _ = CRAFTED_CACHES[0]
+    negative, negative_index = craft_cache(both[1], base, name, edit)
+
+    def train(save_dir, steps=3):
+        return "xlnet_data.train_gpu", [f"--record_info_dir={save_dir}", f"--model_dir={save_dir}_model",
+                                        f"--train_steps={steps}", *TINY_SHAPE]
+
+    same_config = [*TINY_SHAPE, "--n_layer=1", "--mem_len=32", "--learning_rate=1e-3", "--warmup_steps=10",
+                   "--dropout=0.1", "--strategy=one_device", f"--train_steps={len(whole)}", "--iterations=1"]
+    runs = {("logged", "train"): ("xlnet_data.train_gpu", [f"--record_info_dir={both[1]}",
+                                                          f"--model_dir={base / 'logged'}", *same_config]),
+            ("damaged", "train"): train(damaged), ("damaged", "dump"): ("xlnet_data.dump", [damaged, "--pass_id=0"]),
+            ("old", "train"): train(old), ("negative", "dump"): ("xlnet_data.dump", [negative, "--stats"]),
+            ("negative", "train"): train(negative, 2)}
+    results = dict(zip(runs, run_modules_forked(list(runs.values()), base / "runs",
+                                                preload=TRAIN_GPU_PRELOAD)))
+    files = {"logged": None, "damaged": damaged_file, "old": old_file, "negative": negative_index}
+    return {name: (path, {program: result for (case, program), result in results.items() if case == name})
+            for name, path in files.items()}
+
+
+@pytest.mark.slow
+def test_a_cache_damaged_at_the_same_size_is_refused_by_train_gpu_and_dump(command_runs):
+    """As a damaged records file is by its CRCs: one line naming the file and the chunk, exit 2."""
+    cache_file, results = command_runs["damaged"]
     want = rf"{cache_file}: chunk 0 of the ids of .*emma.txt \(tokens 0\.\.\d+\) fails its CRC-32C check"
-    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={broken}", f"--model_dir={tmp_path / 'm'}",
-                        "--train_steps=3", *TINY_SHAPE)
+    result = results["train"]
     assert result.returncode == 2, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("train: error: ") and re.search(want, last), result.stderr[-3000:]
-    result = run_module("xlnet_data.dump", broken, "--pass_id=0")
+    result = results["dump"]
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-3000:]
     assert result.stderr.startswith("dump: error: ") and re.search(want, result.stderr), result.stderr
 
@@ -241,22 +278,11 @@ def test_a_damaged_cache_index_is_one_line_for_train_gpu_and_dump(both, tmp_path
     assert not (tmp_path / "m").exists()
 
 
-def test_an_id_outside_the_vocabulary_in_a_cache_without_checksums_is_one_line(both, tmp_path):
+@pytest.mark.slow
+def test_an_id_outside_the_vocabulary_in_a_cache_without_checksums_is_one_line(command_runs):
     """A format-1 cache (no checksums) that holds an id past the vocabulary: train_gpu's failed read locates it."""
-    import shutil
-
-    from conftest import run_module
-    from test_cache_input import rewrite_as_format_1
-    from test_train import TINY_SHAPE
-    old = tmp_path / "old"
-    shutil.copytree(both[1], old)
-    rewrite_as_format_1(old)
-    (cache_file,) = (old / "token_cache").glob("*.bin")
-    data = bytearray(cache_file.read_bytes())
-    data[400:2000] = np.full(400, 60000, dtype="<i4").tobytes()  # 400 int32 ids, in place
-    cache_file.write_bytes(bytes(data))
-    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={old}", f"--model_dir={tmp_path / 'm'}",
-                        "--train_steps=3", *TINY_SHAPE)
+    cache_file, results = command_runs["old"]
+    result = results["train"]
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert re.match(rf"train: error: {cache_file}: token 100 of .*emma.txt is id 60000, outside the vocabulary "
@@ -380,11 +406,10 @@ def test_a_crafted_token_cache_is_one_line_in_dump_and_train_gpu_before_any_comp
 
 
 @pytest.mark.slow
-def test_negative_ids_in_a_cache_are_one_line_and_exit_2_from_the_dump_and_train_gpu_commands(both, tmp_path):
+def test_negative_ids_in_a_cache_are_one_line_and_exit_2_from_the_dump_and_train_gpu_commands(command_runs):
     """The issue's SIGSEGV (exit -11), through the commands as a user runs them."""
-    name, edit, said = CRAFTED_CACHES[0]
-    crafted, _ = craft_cache(both[1], tmp_path, name, edit)
-    for program, result in command_refusals(crafted, tmp_path):
+    _, _, said = CRAFTED_CACHES[0]
+    for program, result in command_runs["negative"][1].items():
         last = result.stderr.strip().splitlines()[-1]
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
         assert re.match(rf"{program}: error: .*tokens-.*\.bin: {said}", last), last

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, SAMPLE_CORPUS, run_module
+from conftest import ROOT, SAMPLE_CORPUS, TRAIN_GPU_PRELOAD, run_module, run_module_forked
 from test_train import TINY_SHAPE, tiny_config
 
 from xlnet_data.datagen.config import CreateConfig
@@ -179,9 +179,14 @@ def test_train_gpu_evaluates_each_sources_dev_split_by_default_and_says_the_best
     """Mixed: each source's own dev split (found beside its train split) and the mixture, weighted as training
     draws the sources; the summary line ends with the best."""
     model_dir = tmp_path / "model"
-    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={','.join(split_dirs)}",
-                        f"--model_dir={model_dir}", "--mix_sampling_factor=0.5", *TINY_SHAPE, "--n_layer=1", "--mem_len=32",
-                        "--train_steps=4", "--iterations=2", "--eval_batches=1")
+    train_only = tmp_path / "train_only"
+    shutil.copytree(split_dirs[0], train_only, ignore=shutil.ignore_patterns("*dev-*"))
+    # Two processes' runs, one TensorFlow import (conftest.run_module_forked).
+    result, off = run_module_forked("xlnet_data.train_gpu", [
+        [f"--record_info_dir={','.join(split_dirs)}", f"--model_dir={model_dir}", "--mix_sampling_factor=0.5",
+         *TINY_SHAPE, "--n_layer=1", "--mem_len=32", "--train_steps=4", "--iterations=2", "--eval_batches=1"],
+        [f"--record_info_dir={train_only}", f"--model_dir={tmp_path / 'x'}", "--eval_every=5"]], tmp_path / "runs",
+        preload=TRAIN_GPU_PRELOAD)
     assert result.returncode == 0, result.stderr
     logged = HELD_OUT_LINE.findall(result.stderr)
     assert [int(line[0]) for line in logged] == [2, 4]  # every --iterations steps
@@ -194,10 +199,6 @@ def test_train_gpu_evaluates_each_sources_dev_split_by_default_and_says_the_best
     np.testing.assert_allclose(each[0], each[1], atol=1e-6)  # the same text, from records or from the cache
     tokens = [T.source_tokens(f"{save_dir}/tfrecords", one_layer(save_dir, "unused").data) for save_dir in split_dirs]
     np.testing.assert_allclose(scalars["held_out/loss"][1], np.dot(T.sampling_probs(tokens, 0.5), each), atol=1e-6)
-    train_only = tmp_path / "train_only"
-    shutil.copytree(split_dirs[0], train_only, ignore=shutil.ignore_patterns("*dev-*"))
-    off = run_module("xlnet_data.train_gpu", f"--record_info_dir={train_only}", f"--model_dir={tmp_path / 'x'}",
-                     "--eval_every=5")
     assert off.returncode == 2 and "--eval_every=5: no held-out records" in off.stderr.splitlines()[-1]
 
 

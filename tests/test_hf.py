@@ -17,7 +17,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SAMPLE_CORPUS, SHARED, XLNET_SPM, needs_shared, run_module
+from conftest import (
+    SAMPLE_CORPUS,
+    SHARED,
+    TRAIN_GPU_PRELOAD,
+    XLNET_SPM,
+    needs_shared,
+    run_module,
+    run_module_forked,
+    run_modules_forked,
+)
 from test_modeling import _no_tensor_float_32  # noqa: F401  (autouse: full float32 matmuls on GPUs too)
 
 from xlnet_data.dataformat import hf_tokenizer
@@ -70,11 +79,14 @@ def trained(records, sample_spm, tmp_path_factory):
     """(model_dir trained TRAIN_STEPS steps by train_gpu, its export by export_hf, the logged losses)."""
     base = tmp_path_factory.mktemp("hf_trained")
     model_dir, export_dir = base / "model", base / "export"
-    result = _ok(run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}",
-                            *TINY_SHAPE, "--learning_rate=1e-3", "--warmup_steps=10", f"--train_steps={TRAIN_STEPS}",
-                            "--iterations=10"))
-    # No --sp_path: the records' (run_config.json names them)
-    export = _ok(run_module("xlnet_data.export_hf", f"--model_dir={model_dir}", f"--output_dir={export_dir}"))
+    # Two processes' runs, one after the other, one TensorFlow import (conftest.run_modules_forked).
+    result, export = map(_ok, run_modules_forked([
+        ("xlnet_data.train_gpu", [f"--record_info_dir={records}", f"--model_dir={model_dir}", *TINY_SHAPE,
+                                  "--learning_rate=1e-3", "--warmup_steps=10", f"--train_steps={TRAIN_STEPS}",
+                                  "--iterations=10"]),
+        # No --sp_path: the records' (run_config.json names them)
+        ("xlnet_data.export_hf", [f"--model_dir={model_dir}", f"--output_dir={export_dir}"])], base / "runs",
+        preload=TRAIN_GPU_PRELOAD))
     (base / "export.log").write_text(export.stderr)
     return model_dir, export_dir, _losses(result.stderr)
 
@@ -143,19 +155,42 @@ def test_trained_model_export_gives_our_log_probs(trained, records):
     _assert_same(ours, _transformers(export_dir, batches, mems), atol=1e-4)
 
 
+ORIGINAL_CONFIG = C.XLNetConfig(n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=12, ff_activation="gelu",
+                                untie_r=True, n_token=1000)
+
+
+@pytest.fixture(scope="module")
+def tf1_exports(sample_spm, tmp_path_factory):
+    """export_hf's runs on TF1-style checkpoints with the original's names, one after the other in one process's
+    forked children (one TensorFlow import): the model goldens' (where ../shared is) and `original`, a model of
+    ORIGINAL_CONFIG saved here with --keep_accents. (the export's folder, the finished process, the saved model) by
+    name."""
+    out = tmp_path_factory.mktemp("tf1_exports")
+    model = M.build_model(ORIGINAL_CONFIG, C.RunConfig(), seed=3)
+    checkpoints.save(str(out / "ckpt" / "model.ckpt"), model.weights)
+    ORIGINAL_CONFIG.to_json(str(out / "ckpt" / "xlnet_config.json"))
+    runs = {"original": [f"--checkpoint={out / 'ckpt' / 'model.ckpt'}", f"--sp_path={sample_spm}",
+                         f"--output_dir={out / 'original'}", "--keep_accents"]}
+    if SHARED.is_dir():
+        runs |= {case: [f"--checkpoint={SHARED / 'golden_model' / case / 'model.ckpt'}", f"--sp_path={XLNET_SPM}",
+                        f"--output_dir={out / case}"] for case in MODEL_CASES}
+    results = run_module_forked("xlnet_data.export_hf", list(runs.values()), out / "runs")
+    return {name: (out / name, result, model) for name, result in zip(runs, results)}
+
+
 @needs_shared
 @needs_transformers
 @pytest.mark.parametrize("case", MODEL_CASES)
 @pytest.mark.slow
-def test_golden_export_gives_the_originals_log_probs(case, tmp_path):
+def test_golden_export_gives_the_originals_log_probs(case, tf1_exports):
     directory = SHARED / "golden_model" / case
-    _ok(run_module("xlnet_data.export_hf", f"--checkpoint={directory / 'model.ckpt'}", f"--sp_path={XLNET_SPM}",
-                   f"--output_dir={tmp_path}"))
+    export_dir, result, _ = tf1_exports[case]
+    _ok(result)
     features, expected = np.load(directory / "features.npz"), np.load(directory / "expected.npz")
     n_layer = C.XLNetConfig.from_json(str(directory / "xlnet_config.json")).n_layer
     keys = ["input_k", "seg_id", "perm_mask", "target_mapping", "target"]
     batches = [{key: features[f"{key}_{step}"] for key in keys} for step in range(2)]
-    theirs = _transformers(tmp_path, batches, [features[f"mems_in_0_{layer}"] for layer in range(n_layer)])
+    theirs = _transformers(export_dir, batches, [features[f"mems_in_0_{layer}"] for layer in range(n_layer)])
     golden = ([expected[f"token_loss_{step}"] for step in range(2)],
               [[expected[f"new_mems_{step}_{layer}"] for layer in range(n_layer)] for step in range(2)])
     _assert_same(golden, theirs, atol=1e-4)
@@ -167,13 +202,14 @@ def test_golden_export_gives_the_originals_log_probs(case, tmp_path):
 def test_export_import_export_is_identical(trained, records, sample_spm, tmp_path):
     """Through train_gpu: import the export, one step at learning rate 0, export again: the same tensors."""
     _, export_dir, _ = trained
-    model_dir = tmp_path / "imported"
-    _ok(run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}",
-                   f"--init_checkpoint={export_dir}", "--mem_len=32", "--learning_rate=0", "--train_steps=1",
-                   "--iterations=1"))
-    again = tmp_path / "again"
-    _ok(run_module("xlnet_data.export_hf", f"--model_dir={model_dir}", f"--sp_path={sample_spm}",
-                   f"--output_dir={again}"))
+    model_dir, again = tmp_path / "imported", tmp_path / "again"
+    for result in run_modules_forked([
+            ("xlnet_data.train_gpu", [f"--record_info_dir={records}", f"--model_dir={model_dir}",
+                                      f"--init_checkpoint={export_dir}", "--mem_len=32", "--learning_rate=0",
+                                      "--train_steps=1", "--iterations=1"]),
+            ("xlnet_data.export_hf", [f"--model_dir={model_dir}", f"--sp_path={sample_spm}", f"--output_dir={again}"])],
+            tmp_path / "runs", preload=TRAIN_GPU_PRELOAD):
+        _ok(result)
     first, second = hf.read_tensors(str(export_dir)), hf.read_tensors(str(again))
     assert sorted(first) == sorted(second)
     for name in first:
@@ -274,14 +310,15 @@ def test_import_continues_training_where_it_left_off(trained, records, tmp_path)
     logs the losses it logs from the checkpoint itself."""
     model_dir, export_dir, trained_losses = trained
     common = [f"--record_info_dir={records}", "--learning_rate=1e-4", "--train_steps=6", "--iterations=1"]
-    result = _ok(run_module("xlnet_data.train_gpu", *common, f"--model_dir={tmp_path / 'imported'}",
-                            f"--init_checkpoint={export_dir}"))
+    # Two processes' runs, one TensorFlow import (conftest.run_module_forked)
+    result, from_checkpoint = map(_ok, run_module_forked("xlnet_data.train_gpu", [
+        [*common, f"--model_dir={tmp_path / 'imported'}", f"--init_checkpoint={export_dir}"],
+        [*common, f"--model_dir={tmp_path / 'continued'}", f"--init_checkpoint={checkpoints.latest(str(model_dir))}",
+         *TINY_SHAPE]], tmp_path / "runs", preload=TRAIN_GPU_PRELOAD))
     assert "model initialised from the Transformers directory" in result.stderr
     assert f"from {export_dir}/xlnet_pretraining.json: mem_len=32, clamp_len=-1, same_length=False" in result.stderr
     losses = [loss for _, loss in _losses(result.stderr)]
     assert len(losses) == 6, result.stderr
-    from_checkpoint = _ok(run_module("xlnet_data.train_gpu", *common, f"--model_dir={tmp_path / 'continued'}",
-                                     f"--init_checkpoint={checkpoints.latest(str(model_dir))}", *TINY_SHAPE))
     assert losses == [loss for _, loss in _losses(from_checkpoint.stderr)]
     # The first step's loss (before its update) is the trained model's on the first batch, zero memories.
     run = C.RunConfig.from_json(str(model_dir / "run_config.json"))
@@ -343,12 +380,6 @@ def test_import_refuses_another_vocabulary_or_shape_in_one_line(trained, records
     config = json.loads((bigger / "config.json").read_text())
     (bigger / "config.json").write_text(json.dumps({**config, "vocab_size": 1200}))
     os.remove(bigger / "spiece.model")  # no file to compare: the vocabulary size still tells
-    common = [f"--record_info_dir={records}", f"--model_dir={tmp_path / 'model'}", "--mem_len=32"]
-    result = run_module("xlnet_data.train_gpu", *common, f"--init_checkpoint={bigger}")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
-        f"train: error: the records' vocab_size ({records}/corpus_info.json)=1000 contradicts "
-        f"--init_checkpoint={bigger} (config.json): n_token=1200")
 
     other_spm = tmp_path / "other"
     shutil.copytree(export_dir, other_spm)
@@ -356,29 +387,12 @@ def test_import_refuses_another_vocabulary_or_shape_in_one_line(trained, records
     at = pieces.index(b"\x0a\x06" + "▁the".encode() + b"\x15")  # the piece's protobuf entry: renamed, same size
     pieces[at + 5:at + 8] = b"THE"
     (other_spm / "spiece.model").write_bytes(bytes(pieces))
-    result = run_module("xlnet_data.train_gpu", *common, f"--init_checkpoint={other_spm}")
-    assert result.returncode == 2
-    assert re.fullmatch(
-        re.escape(f"train: error: --init_checkpoint={other_spm} has another vocabulary than the records (sp_path in "
-                  f"{records}/corpus_info.json): piece ") + r"\d+" + re.escape(f" is '▁THE' in {other_spm}/spiece.model, "
-                                                                               "'▁the' in ") + r".*\.model",
-        result.stderr.strip().splitlines()[-1])
 
     # A tokenizer that keeps accents, records made without --keep_accents: the model learnt other pieces.
     kept = tmp_path / "kept"
     shutil.copytree(export_dir, kept)
     (kept / "tokenizer.json").write_bytes(
         hf_tokenizer.tokenizer_files(str(export_dir / "spiece.model"), True, True)["tokenizer.json"])
-    result = run_module("xlnet_data.train_gpu", *common, f"--init_checkpoint={kept}")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
-        f"train: error: --init_checkpoint={kept}: its tokenizer keeps accents (keep_accents=true), the records were "
-        f"made with keep_accents=false ({records}/corpus_info.json): the model learnt other pieces than these records "
-        "hold; use records made with create --keep_accents, or another model")
-
-    result = run_module("xlnet_data.train_gpu", *common, f"--init_checkpoint={export_dir}", "--n_head=4")
-    assert result.stderr.strip().splitlines()[-1] == (
-        f"train: error: --n_head=4 contradicts --init_checkpoint={export_dir} (config.json): n_head=2")
 
     misshapen = tmp_path / "misshapen"
     shutil.copytree(export_dir, misshapen)
@@ -386,9 +400,29 @@ def test_import_refuses_another_vocabulary_or_shape_in_one_line(trained, records
     tensors = hf.read_tensors(str(misshapen))
     tensors["transformer.layer.0.rel_attn.q"] = np.zeros((32, 2, 8), np.float32)
     st_numpy.save_file(tensors, str(misshapen / "model.safetensors"), metadata={"format": "pt"})
-    result = run_module("xlnet_data.train_gpu", *common, f"--init_checkpoint={misshapen}")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
+
+    common = [f"--record_info_dir={records}", f"--model_dir={tmp_path / 'model'}", "--mem_len=32"]
+    results = run_module_forked("xlnet_data.train_gpu", [
+        [*common, f"--init_checkpoint={bigger}"], [*common, f"--init_checkpoint={other_spm}"],
+        [*common, f"--init_checkpoint={kept}"], [*common, f"--init_checkpoint={export_dir}", "--n_head=4"],
+        [*common, f"--init_checkpoint={misshapen}"]], tmp_path / "runs")
+    assert [result.returncode for result in results] == [2] * 5, [result.stderr for result in results]
+    last = [result.stderr.strip().splitlines()[-1] for result in results]
+    assert last[0] == (
+        f"train: error: the records' vocab_size ({records}/corpus_info.json)=1000 contradicts "
+        f"--init_checkpoint={bigger} (config.json): n_token=1200")
+    assert re.fullmatch(
+        re.escape(f"train: error: --init_checkpoint={other_spm} has another vocabulary than the records (sp_path in "
+                  f"{records}/corpus_info.json): piece ") + r"\d+" + re.escape(f" is '▁THE' in {other_spm}/spiece.model, "
+                                                                               "'▁the' in ") + r".*\.model",
+        last[1])
+    assert last[2] == (
+        f"train: error: --init_checkpoint={kept}: its tokenizer keeps accents (keep_accents=true), the records were "
+        f"made with keep_accents=false ({records}/corpus_info.json): the model learnt other pieces than these records "
+        "hold; use records made with create --keep_accents, or another model")
+    assert last[3] == (
+        f"train: error: --n_head=4 contradicts --init_checkpoint={export_dir} (config.json): n_head=2")
+    assert last[4] == (
         f"train: error: {misshapen}/model.safetensors: transformer.layer.0.rel_attn.q has shape [32, 2, 8], the model "
         "needs [32, 2, 16] (n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, n_token=1000)")
 
@@ -421,8 +455,8 @@ def test_export_refuses_in_one_line(trained, records, sample_spm, tmp_path):
                   rf"export_hf: error: --sp_path={other} is not the SentencePiece model of the records the "
                   rf"model was trained on \({model_dir}/run_config.json records its sha256\): pass "
                   rf"{re.escape(str(sample_spm))} \(sp_path in {records}/corpus_info.json\)"))
-    for args, expected in cases:
-        result = run_module("xlnet_data.export_hf", *args)
+    results = run_module_forked("xlnet_data.export_hf", [args for args, _ in cases], tmp_path / "runs")
+    for (args, expected), result in zip(cases, results):
         assert result.returncode == 2, (args, result.stderr)
         assert re.fullmatch(expected, result.stderr.strip().splitlines()[-1]), (args, result.stderr)
     assert not (tmp_path / "a").exists() and not (tmp_path / "d").exists()
@@ -446,24 +480,19 @@ def test_training_records_keep_accents_for_export(tmp_path):
 
 
 @pytest.mark.slow
-def test_export_of_an_original_checkpoint_reads_its_tensors(tmp_path, sample_spm):
+def test_export_of_an_original_checkpoint_reads_its_tensors(tf1_exports):
     """A TF1-style checkpoint with the original's names (as the goldens are) exports tensor for tensor."""
-    config = C.XLNetConfig(n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=12, ff_activation="gelu", untie_r=True,
-                           n_token=1000)
-    model = M.build_model(config, C.RunConfig(), seed=3)
-    checkpoints.save(str(tmp_path / "ckpt" / "model.ckpt"), model.weights)
-    config.to_json(str(tmp_path / "ckpt" / "xlnet_config.json"))
-    result = _ok(run_module("xlnet_data.export_hf", f"--checkpoint={tmp_path / 'ckpt' / 'model.ckpt'}",
-                            f"--sp_path={sample_spm}", f"--output_dir={tmp_path / 'out'}", "--keep_accents"))
+    out, result, model = tf1_exports["original"]
+    _ok(result)
     assert "bi_data=False" in result.stderr and "mem_len=None" in result.stderr  # no run_config.json: fine-tuning's
     # and the tokenizer's settings are the flags'
     assert "(cased, accents kept)" in result.stderr
-    assert hf_tokenizer.tokenizer_settings(str(tmp_path / "out")) == {"uncased": False, "keep_accents": True}
-    tensors = hf.read_tensors(str(tmp_path / "out"))
-    assert len(tensors) == len(hf.links(config))
+    assert hf_tokenizer.tokenizer_settings(str(out)) == {"uncased": False, "keep_accents": True}
+    tensors = hf.read_tensors(str(out))
+    assert len(tensors) == len(hf.links(ORIGINAL_CONFIG))
     np.testing.assert_array_equal(tensors["transformer.layer.1.rel_attn.r_w_bias"],
                                   model.weights["model/transformer/r_w_bias"].numpy()[1])
-    hf_config = json.loads((tmp_path / "out" / "config.json").read_text())
+    hf_config = json.loads((out / "config.json").read_text())
     assert (hf_config["ff_activation"], hf_config["vocab_size"], hf_config["d_head"]) == ("gelu_new", 1000, 4)
 
 

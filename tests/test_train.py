@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, SAMPLE_CORPUS, SHARED, needs_shared, run_module
+from conftest import ROOT, SAMPLE_CORPUS, SHARED, TRAIN_GPU_PRELOAD, needs_shared, run_module, run_modules_forked
 
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.pretrain import config as C
@@ -76,12 +77,27 @@ def _weights(model):
 
 # ----- the loss falls (the CLI, as bin/demo runs it) ---------------------------------------------
 
+@pytest.fixture(scope="module")
+def cli_runs(records, small_records, tmp_path_factory):
+    """{name: (finished train_gpu process, its model_dir)} of the slow tests' command-line runs, run one after the other
+    in one process's forked children (conftest.run_modules_forked: one TensorFlow import for both)."""
+    base = tmp_path_factory.mktemp("cli_runs")
+    runs = {
+        "trained": [f"--record_info_dir={records}", f"--model_dir={base / 'trained'}", *TINY_SHAPE, "--mem_len=32",
+                    "--learning_rate=1e-3", "--warmup_steps=10", "--train_steps=200", "--iterations=20",
+                    "--save_steps=100", "--max_save=1"],
+        "dry_run": [f"--record_info_dir={small_records}", f"--model_dir={base / 'dry_run'}", *TINY_SHAPE,
+                    "--mem_len=32", "--dry_run", "--dry_run_steps=2", "--dry_run_seconds=0", "--train_steps=1000",
+                    "--device_memory=16GB"],
+    }
+    results = run_modules_forked([("xlnet_data.train_gpu", args) for args in runs.values()], base / "runs",
+                                 preload=TRAIN_GPU_PRELOAD)
+    return {name: (result, base / name) for name, result in zip(runs, results)}
+
+
 @pytest.mark.slow
-def test_cli_trains_a_tiny_model_and_the_loss_falls(records, tmp_path):
-    model_dir = tmp_path / "model"
-    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}",
-                        *TINY_SHAPE, "--mem_len=32", "--learning_rate=1e-3", "--warmup_steps=10",
-                        "--train_steps=200", "--iterations=20", "--save_steps=100", "--max_save=1")
+def test_cli_trains_a_tiny_model_and_the_loss_falls(cli_runs):
+    result, model_dir = cli_runs["trained"]
     assert result.returncode == 0, result.stderr
     logged = re.findall(r"step (\d+) \| loss ([\d.]+) \| pplx ([\d.]+) \| bpt ([\d.]+) \| gnorm ([\d.]+) \| "
                         r"lr ([\d.e+-]+) \| (\d+) tok/s", result.stderr)
@@ -222,15 +238,23 @@ def test_a_batch_that_cannot_be_split_is_refused(records, tmp_path):
 
 # ----- resume, init_checkpoint, the goldens -------------------------------------------------------
 
-@pytest.mark.slow
-def test_an_interrupted_run_resumes_where_its_checkpoint_was(records, tmp_path):
-    """Without memories (tests/test_train_faults.py: with them, bit for bit, and from a signal)."""
-    n, mem_len = 8, 0
-    whole = T.train(tiny_config(records, tmp_path / "whole", train_steps=2 * n, save_steps=n, mem_len=mem_len))
-    cfg = tiny_config(records, tmp_path / "pieces", train_steps=2 * n, save_steps=n, mem_len=mem_len)
+@pytest.fixture(scope="module")
+def interrupted(records, tmp_path_factory):
+    """(n, an uninterrupted run of 2n steps, its config, the config of the same run in another model_dir, (that run
+    stopped 3 steps after its checkpoint of step n, the latest checkpoint then), the stopped run resumed), n = 4,
+    without memories (tests/test_train_faults.py: with them, bit for bit, and from a signal)."""
+    n, mem_len, base = 4, 0, tmp_path_factory.mktemp("interrupted")
+    whole_cfg = tiny_config(records, base / "whole", train_steps=2 * n, save_steps=n, mem_len=mem_len)
+    whole = T.train(whole_cfg)
+    cfg = tiny_config(records, base / "pieces", train_steps=2 * n, save_steps=n, mem_len=mem_len)
     first = T.train(cfg, stop_after=n + 3)  # killed 3 steps after the checkpoint of step n
-    assert first.step == n + 3 and tf.train.latest_checkpoint(cfg.model_dir).endswith(f"model.ckpt-{n}")
-    second = T.train(cfg)
+    return n, whole, whole_cfg, cfg, (first, tf.train.latest_checkpoint(cfg.model_dir)), T.train(cfg)
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_resumes_where_its_checkpoint_was(interrupted, records, tmp_path):
+    n, whole, _, cfg, (first, latest_when_stopped), second = interrupted
+    assert first.step == n + 3 and latest_when_stopped.endswith(f"model.ckpt-{n}")
     assert (second.first_step, second.step, len(second.losses)) == (n, 2 * n, n)
     np.testing.assert_array_equal(first.losses, whole.losses[:n + 3])
     np.testing.assert_array_equal(second.losses, whole.losses[n:])
@@ -239,15 +263,16 @@ def test_an_interrupted_run_resumes_where_its_checkpoint_was(records, tmp_path):
 
     # Our checkpoints initialise other runs (by the original's names), as the original's do.
     other = T.train(tiny_config(records, tmp_path / "other", train_steps=1, learning_rate=0.0,
-                                init_checkpoint=cfg.model_dir, mem_len=mem_len))
+                                init_checkpoint=cfg.model_dir, mem_len=0))
     for name, value in _weights(other.trainer.model).items():
         np.testing.assert_array_equal(value, second.trainer.model.weights[name].numpy())
 
 
 @pytest.mark.slow
-def test_a_model_dir_of_another_model_is_refused(records, tmp_path):
-    cfg = tiny_config(records, tmp_path, train_steps=1, n_layer=1)  # the refusal reads d_inner, not the depth
-    T.train(cfg)
+def test_a_model_dir_of_another_model_is_refused(interrupted, tmp_path):
+    _, _, whole_cfg, _, _, _ = interrupted
+    cfg = dataclasses.replace(whole_cfg, model_dir=str(tmp_path / "model"))  # a copy: the refusal must change nothing
+    shutil.copytree(whole_cfg.model_dir, cfg.model_dir)
     with pytest.raises(ConfigError, match=r"holds another model: d_inner=64 \(here 48\)"):
         T.train(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, d_inner=48)))
 
@@ -436,9 +461,8 @@ def test_a_run_that_cannot_fit_the_device_memory_stops_in_one_line_before_any_st
 
 
 @pytest.mark.slow
-def test_dry_run_prints_the_plan_and_a_projection_and_writes_nothing(small_records, tmp_path):
-    result = _plan_cli(small_records, tmp_path / "model", "--dry_run", "--dry_run_steps=2", "--dry_run_seconds=0",
-                       "--train_steps=1000", "--device_memory=16GB")
+def test_dry_run_prints_the_plan_and_a_projection_and_writes_nothing(cli_runs, small_records, tmp_path):
+    result, model_dir = cli_runs["dry_run"]
     assert result.returncode == 0, result.stderr
     cfg = tiny_config(small_records, tmp_path)
     plan = re.search(r"plan: ([\d,]+) parameters; ([\d.e+-]+) TFLOP per step \(model FLOPs\); ([\d,]+) tokens per "
@@ -454,7 +478,7 @@ def test_dry_run_prints_the_plan_and_a_projection_and_writes_nothing(small_recor
     assert projected and step and first, result.stdout
     assert float(projected[1].replace(",", "")) == pytest.approx(float(first[1]) + 999 * float(step[1]), rel=0.02,
                                                                   abs=1)
-    assert not (tmp_path / "model").exists()
+    assert not model_dir.exists()
 
 
 # ----- the schedule and the optimizer -------------------------------------------------------------
