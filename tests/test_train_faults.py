@@ -337,41 +337,6 @@ def test_a_mixed_run_resumed_with_a_source_swapped_or_reordered_is_refused_and_a
     assert (resumed.first_step, resumed.step) == (2, 3)
 
 
-@pytest.fixture(scope="module")
-def training_run(small_records, tmp_path_factory):
-    """(records, model_dir, process) of a train_gpu run on a copy of small_records that trains on (100,000 steps, no
-    checkpoint) while the tests below try what it must refuse: a second run on its model_dir, create --overwrite of
-    the records it reads. Returned once it holds both locks, model_dir's and the records' readers' lock."""
-    folder = tmp_path_factory.mktemp("training_run")
-    records, model_dir = _copy(small_records, folder, "records"), folder / "model"
-    process = _popen_train(*_train_args(records, model_dir, "--train_steps=100000", "--save_steps=100000"))
-    try:
-        _wait_for_reader(records, process, "train_gpu")
-        lock = model_dir / ".train.lock"  # taken after the readers' lock
-        deadline = time.monotonic() + 300
-        while not (lock.exists() and f"pid {process.pid} " in lock.read_text()):
-            assert process.poll() is None and time.monotonic() < deadline, "the run never took model_dir's lock"
-            time.sleep(0.05)
-        yield records, model_dir, process
-    finally:
-        process.kill()
-        process.communicate()
-
-
-@pytest.mark.slow
-def test_a_second_train_on_a_busy_model_dir_stops_at_once_naming_the_holder(training_run, small_records):
-    _, model_dir, first = training_run
-    # The records' twin, not the records the first run reads: their readers' lock names the latest reader, which
-    # must stay the first run for the create test below.
-    second = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"))
-    line = _one_line(second, "train", 2)
-    assert line.startswith(f"train: error: {model_dir} is in use by another train_gpu run (pid {first.pid} on "
-                           f"{os.uname().nodename}, started "), line
-    assert line.endswith("; wait for it to end, or use another --model_dir"), line
-    assert first.poll() is None  # the first run trains on
-    assert not [n for n in os.listdir(model_dir) if n.startswith("model.ckpt")]  # nothing written by the second
-
-
 def test_missing_passes_are_refused_by_train_and_said_by_dump(sample_spm, small_records, tmp_path):
     """--num_passes beyond the records' passes, and a save_dir of a create --num_passes=4 killed after 2 units (as
     it leaves it: units complete or absent), are refused by train_gpu; dump says the save_dir is incomplete."""
@@ -725,30 +690,69 @@ def _wait_for_reader(save_dir, process, program):
         time.sleep(0.05)
 
 
-@pytest.mark.slow
-def test_create_overwrite_is_refused_while_train_gpu_or_dump_reads_the_save_dir(training_run, sample_spm, tmp_path):
-    from test_train import RECORD_FLAGS
-    records, _, train = training_run
-    before = _records_file(records).read_bytes()
-    text = tmp_path / "emma.txt"
-    text.write_text("\n".join((SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:20]) + "\n")
-    overwrite = (f"--input_glob={text}", f"--sp_path={sample_spm}", f"--save_dir={records}", *RECORD_FLAGS,
-                 "--num_workers=1", "--overwrite")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-
-    def refused_naming(program, reader):
-        line = _one_line(run_module("xlnet_data.create", *overwrite), "create", 2)
-        assert f"{program}: pid {reader.pid} " in line, line
-        assert reader.poll() is None  # the reader reads on
-        assert _records_file(records).read_bytes() == before
-
-    refused_naming("train_gpu", train)
-    # dump besides: the readers' lock names the latest reader
-    dump = subprocess.Popen([sys.executable, "-m", "xlnet_data.dump", str(records)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # unread: it blocks, reading on
+@pytest.fixture(scope="class")
+def training_run(small_records, tmp_path_factory):
+    """(records, model_dir, process) of a train_gpu run on a copy of small_records that trains on (100,000 steps, no
+    checkpoint) while the tests below try what it must refuse: a second run on its model_dir, create --overwrite of
+    the records it reads. Returned once it holds both locks, model_dir's and the records' readers' lock; ended with
+    the class of those tests (so that it trains in the background of none other)."""
+    folder = tmp_path_factory.mktemp("training_run")
+    records, model_dir = _copy(small_records, folder, "records"), folder / "model"
+    process = _popen_train(*_train_args(records, model_dir, "--train_steps=100000", "--save_steps=100000"))
     try:
-        _wait_for_reader(records, dump, "dump")
-        refused_naming("dump", dump)
+        _wait_for_reader(records, process, "train_gpu")
+        lock = model_dir / ".train.lock"  # taken after the readers' lock
+        deadline = time.monotonic() + 300
+        while not (lock.exists() and f"pid {process.pid} " in lock.read_text()):
+            assert process.poll() is None and time.monotonic() < deadline, "the run never took model_dir's lock"
+            time.sleep(0.05)
+        yield records, model_dir, process
     finally:
-        dump.kill()
-        dump.communicate()
+        process.kill()
+        process.communicate()
+
+
+class TestWhileATrainGpuRuns:
+    """Refusals made while another train_gpu run trains on (the training_run fixture)."""
+
+    @pytest.mark.slow
+    def test_a_second_train_on_a_busy_model_dir_stops_at_once_naming_the_holder(self, training_run, small_records):
+        _, model_dir, first = training_run
+        # The records' twin, not the records the first run reads: their readers' lock names the latest reader, which
+        # must stay the first run for the create test below.
+        second = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"))
+        line = _one_line(second, "train", 2)
+        assert line.startswith(f"train: error: {model_dir} is in use by another train_gpu run (pid {first.pid} on "
+                               f"{os.uname().nodename}, started "), line
+        assert line.endswith("; wait for it to end, or use another --model_dir"), line
+        assert first.poll() is None  # the first run trains on
+        assert not [n for n in os.listdir(model_dir) if n.startswith("model.ckpt")]  # nothing written by the second
+
+    @pytest.mark.slow
+    def test_create_overwrite_is_refused_while_train_gpu_or_dump_reads_the_save_dir(self, training_run, sample_spm,
+                                                                                    tmp_path):
+        from test_train import RECORD_FLAGS
+        records, _, train = training_run
+        before = _records_file(records).read_bytes()
+        text = tmp_path / "emma.txt"
+        text.write_text("\n".join((SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:20]) + "\n")
+        overwrite = (f"--input_glob={text}", f"--sp_path={sample_spm}", f"--save_dir={records}", *RECORD_FLAGS,
+                     "--num_workers=1", "--overwrite")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+
+        def refused_naming(program, reader):
+            line = _one_line(run_module("xlnet_data.create", *overwrite), "create", 2)
+            assert f"{program}: pid {reader.pid} " in line, line
+            assert reader.poll() is None  # the reader reads on
+            assert _records_file(records).read_bytes() == before
+
+        refused_naming("train_gpu", train)
+        # dump besides: the readers' lock names the latest reader
+        dump = subprocess.Popen([sys.executable, "-m", "xlnet_data.dump", str(records)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # unread: it blocks, reading on
+        try:
+            _wait_for_reader(records, dump, "dump")
+            refused_naming("dump", dump)
+        finally:
+            dump.kill()
+            dump.communicate()
