@@ -4,6 +4,7 @@ files left, and where a run can be repeated, that the result equals an uninterru
 
 import gzip
 import json
+import logging
 import os
 import shutil
 import signal
@@ -57,6 +58,16 @@ def _train_args(record_dir, model_dir, *more):
             "--dropout=0.1", "--dropatt=0.1", "--learning_rate=1e-3", *more)
 
 
+def _train_config(record_dir, model_dir, **flags):
+    """The TrainConfig train_gpu builds from _train_args(record_dir, model_dir, --train_steps=...): `flags` as
+    TrainConfig fields. For the runs of these tests that need no process of their own (each a TensorFlow start-up
+    and a trace less); that the command builds the same is checked where it matters (run_config.json, and a run
+    stopped in one resumed in the other that equals an uninterrupted run)."""
+    cfg = tiny_config(record_dir, model_dir, **{"n_layer": 1, "mem_len": 16, "warmup_steps": 0, "iterations": 1000,
+                                               **flags})
+    return T.dataclasses.replace(cfg, run=T.dataclasses.replace(cfg.run, dropout=0.1, dropatt=0.1))
+
+
 def _lines(stderr, prefix):
     return [line for line in stderr.splitlines() if line.startswith(prefix)]
 
@@ -85,8 +96,9 @@ def _no_temporary_files(folder):
 def _run_check(name, *args, **env):
     """Runs check_<name>(*args) of this module in a fresh Python (for what must be set before TensorFlow
     starts: logical devices, environment variables)."""
-    script = ("import sys; sys.path.insert(0, sys.argv[1]); import test_train_faults; "
-              "getattr(test_train_faults, 'check_' + sys.argv[2])(*sys.argv[3:]); print('check OK')")
+    script = ("import os, sys; sys.path.insert(0, sys.argv[1]); import test_train_faults; "
+              "getattr(test_train_faults, 'check_' + sys.argv[2])(*sys.argv[3:]); print('check OK', flush=True); "
+              "os._exit(0)")  # checked: skip the teardown, where freeing the runs' input iterators waits for their threads
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), **env)
     result = subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent), name, *map(str, args)],
                             env=env, capture_output=True, text=True, timeout=600)
@@ -118,21 +130,21 @@ def check_step_repeats(records, model_dir, repeats):
 
 
 @pytest.mark.slow
-def test_50_plus_50_steps_equal_100_straight_bit_for_bit(small_records, tmp_path):
-    """mem_len > 0, bi_data, dropout: memories, positions (the 17 steps of records wrap around), dropout state. Two
-    layers (the other resumes here run one): a resume that restored each layer's memories into another layer
-    fails only here."""
-    changes = dict(train_steps=100, save_steps=50, mem_len=32, iterations=50)
+def test_20_plus_20_steps_equal_40_straight_bit_for_bit(small_records, tmp_path):
+    """mem_len > 0, bi_data, dropout: memories, positions (the 17 steps of records wrap around at 17 and 34, on each
+    side of the checkpoint), dropout state. Two layers (the other resumes here run one): a resume that restored each
+    layer's memories into another layer fails only here."""
+    changes = dict(train_steps=40, save_steps=20, mem_len=32, iterations=20)
     whole_cfg = tiny_config(small_records, tmp_path / "whole", **changes)
     whole_cfg = T.dataclasses.replace(whole_cfg, run=T.dataclasses.replace(whole_cfg.run, dropout=0.1, dropatt=0.1))
     cfg = T.dataclasses.replace(whole_cfg, model_dir=str(tmp_path / "pieces"))
     whole = T.train(whole_cfg)
-    first = T.train(cfg, stop_after=53)  # killed 3 steps after the checkpoint of step 50
+    first = T.train(cfg, stop_after=23)  # killed 3 steps after the checkpoint of step 20
     second = T.train(cfg)
-    assert (first.step, second.first_step, second.step) == (53, 50, 100)
-    assert first.losses[:50] + second.losses == whole.losses, (first.losses, second.losses, whole.losses)
-    assert first.losses[50:] == whole.losses[50:53]
-    assert [source.position for source in second.sources] == [100]
+    assert (first.step, second.first_step, second.step) == (23, 20, 40)
+    assert first.losses[:20] + second.losses == whole.losses, (first.losses, second.losses, whole.losses)
+    assert first.losses[20:] == whole.losses[20:23]
+    assert [source.position for source in second.sources] == [40]
     ours, theirs = _checkpoint_tensors(cfg.model_dir), _checkpoint_tensors(whole_cfg.model_dir)
     assert ours.keys() == theirs.keys() and "train_state/source_0/mems/replica_0/layer_1" in ours
     for name, value in theirs.items():
@@ -140,25 +152,37 @@ def test_50_plus_50_steps_equal_100_straight_bit_for_bit(small_records, tmp_path
 
 
 def check_mirrored_resume(records, model_dir):
-    """1 + 1 steps on two replicas (each with its own memories and dropout stream) equal 2 straight."""
+    """Two replicas (each with its own memories and dropout stream): 2 straight steps, checkpointed at each, and a
+    run resumed from the checkpoint of step 1 (a copy of that model_dir, as a run stopped after step 1 left it)
+    takes step 2 as they did."""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
-    def run(folder, **more):
+    def run(folder):
         cfg = tiny_config(records, os.path.join(model_dir, folder), train_steps=2, save_steps=1, mem_len=32,
                           strategy="mirrored", devices=("/cpu:0", "/cpu:1"), n_layer=1)
         cfg = T.dataclasses.replace(cfg, run=T.dataclasses.replace(cfg.run, dropout=0.1))
-        return cfg, T.train(cfg, **more)
+        return cfg, T.train(cfg)
 
     whole_cfg, whole = run("whole")
-    cfg, first = run("pieces", stop_after=1)
-    _, second = run("pieces")
-    assert first.losses + second.losses == whole.losses, (first.losses, second.losses, whole.losses)
+    _as_stopped_after_the_first_step(whole_cfg.model_dir, os.path.join(model_dir, "pieces"))
+    cfg, second = run("pieces")
+    assert (second.first_step, second.step) == (1, 2)
+    assert whole.losses[1:] == second.losses, (whole.losses, second.losses)
     ours, theirs = _checkpoint_tensors(cfg.model_dir), _checkpoint_tensors(whole_cfg.model_dir)
     # One layer: what this adds to the one-device resume (which keeps two layers, their order) is the replicas'.
     assert "train_state/source_0/mems/replica_1/layer_0" in ours and ours.keys() == theirs.keys()
     for name, value in theirs.items():
         np.testing.assert_array_equal(ours[name], value, err_msg=name)
+
+
+def _as_stopped_after_the_first_step(model_dir, target):
+    """A copy of model_dir without its checkpoints after model.ckpt-1: what a run killed after step 1 leaves (its
+    checkpoint of step 1 is the one a longer run wrote, at the same step, from the same state)."""
+    shutil.copytree(model_dir, target, ignore=lambda _, names: [n for n in names if n.startswith("model.ckpt-")
+                                                                and not n.startswith("model.ckpt-1.")])
+    Path(target, "checkpoint").write_text('model_checkpoint_path: "model.ckpt-1"\n'
+                                          'all_model_checkpoint_paths: "model.ckpt-1"\n')
 
 
 @pytest.mark.slow
@@ -177,14 +201,16 @@ def test_resuming_with_another_seed_is_refused(small_records, tmp_path):
 # ----- where a model_dir's paths resolve from --------------------------------------------------------
 
 @pytest.mark.slow
-def test_a_relative_model_dir_resumes_and_so_does_its_folder_moved_as_a_whole(small_records, tmp_path):
+def test_a_relative_model_dir_resumes_and_so_does_its_folder_moved_as_a_whole(small_records, tmp_path, monkeypatch):
     """The README's `--model_dir=models/austen`, run again, resumes (the `checkpoint` file's relative entries were
     once joined to model_dir twice: models/m/models/m/model.ckpt-2); so does the same command run in the folder
-    holding model_dir after that folder moved."""
+    holding model_dir after that folder moved. The first run is the library's, in this process (the command
+    passes model_dir to it as given); the resume is the command's."""
     first = tmp_path / "first"
     first.mkdir()
-    trained = run_module("xlnet_data.train_gpu", *_train_args(small_records, "models/m", "--train_steps=2"), cwd=first)
-    assert trained.returncode == 0, trained.stderr[-3000:]
+    with monkeypatch.context() as here:
+        here.chdir(first)
+        T.train(_train_config(small_records, "models/m", train_steps=2))
     moved = tmp_path / "moved"
     first.rename(moved)
     resumed = run_module("xlnet_data.train_gpu", *_train_args(small_records, "models/m", "--train_steps=3"), cwd=moved)
@@ -311,28 +337,6 @@ def test_a_mixed_run_resumed_with_a_source_swapped_or_reordered_is_refused_and_a
     assert (resumed.first_step, resumed.step) == (2, 3)
 
 
-@pytest.mark.slow
-def test_a_second_train_on_a_busy_model_dir_stops_at_once_naming_the_holder(small_records, tmp_path):
-    model_dir = tmp_path / "model"
-    first = _popen_train(*_train_args(small_records, model_dir, "--train_steps=1000", "--save_steps=1000"))
-    try:
-        lock = model_dir / ".train.lock"
-        deadline = time.monotonic() + 300
-        while not (lock.exists() and f"pid {first.pid} " in lock.read_text()):
-            assert first.poll() is None and time.monotonic() < deadline, "the first run never took the lock"
-            time.sleep(0.05)
-        second = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"))
-        line = _one_line(second, "train", 2)
-        assert line.startswith(f"train: error: {model_dir} is in use by another train_gpu run (pid {first.pid} on "
-                               f"{os.uname().nodename}, started "), line
-        assert line.endswith("; wait for it to end, or use another --model_dir"), line
-        assert first.poll() is None  # the first run trains on
-    finally:
-        first.kill()
-        first.communicate()
-    assert not [n for n in os.listdir(model_dir) if n.startswith("model.ckpt")]  # nothing written by the second
-
-
 def test_missing_passes_are_refused_by_train_and_said_by_dump(sample_spm, small_records, tmp_path):
     """--num_passes beyond the records' passes, and a save_dir of a create --num_passes=4 killed after 2 units (as
     it leaves it: units complete or absent), are refused by train_gpu; dump says the save_dir is incomplete."""
@@ -408,15 +412,14 @@ TWELVE_STEPS = ["--train_steps=12", "--iterations=1"]
 def twelve_steps(small_records, tmp_path_factory):
     """The model_dir of an uninterrupted run of TWELVE_STEPS."""
     model_dir = tmp_path_factory.mktemp("whole")
-    whole = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, *TWELVE_STEPS))
-    assert whole.returncode == 0, whole.stderr[-3000:]
+    T.train(_train_config(small_records, model_dir, train_steps=12, iterations=1))
     return model_dir
 
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 @pytest.mark.slow
 def test_a_signal_saves_a_checkpoint_and_the_rerun_equals_an_uninterrupted_run(small_records, twelve_steps, tmp_path,
-                                                                                signum, status):
+                                                                                signum, status, caplog):
     steps = TWELVE_STEPS
     model_dir = tmp_path / "stopped"
     stopped = _signal_at_step(_popen_train(*_train_args(small_records, model_dir, *steps)), signum, 4)
@@ -428,9 +431,13 @@ def test_a_signal_saves_a_checkpoint_and_the_rerun_equals_an_uninterrupted_run(s
     names = sorted(n for n in os.listdir(model_dir) if not n.startswith("events."))
     assert names == [".train.lock", "checkpoint", f"model.ckpt-{at}.data-00000-of-00001", f"model.ckpt-{at}.index",
                      "run_config.json", "xlnet_config.json"]
+    # The command's settings are those the uninterrupted run and the resume below train with.
+    assert (model_dir / "run_config.json").read_text() == (twelve_steps / "run_config.json").read_text()
 
-    resumed = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, *steps))
-    assert resumed.returncode == 0 and f"resumed from {model_dir}/model.ckpt-{at} (step {at})" in resumed.stderr
+    with caplog.at_level(logging.INFO, logger="xlnet_data"):
+        resumed = T.train(_train_config(small_records, model_dir, train_steps=12, iterations=1))  # the same command, run again
+    assert (resumed.first_step, resumed.step) == (at, 12)
+    assert f"resumed from {model_dir}/model.ckpt-{at} (step {at})" in caplog.text
     ours, theirs = _checkpoint_tensors(model_dir), _checkpoint_tensors(twelve_steps)
     assert ours.keys() == theirs.keys()
     for name, value in theirs.items():
@@ -497,12 +504,13 @@ def test_damage_found_at_start_up_stops_train_and_dump_before_anything_is_writte
 @pytest.mark.slow
 def test_a_bit_flip_met_while_training_is_one_line_after_a_checkpoint_of_the_steps_before(small_records, tmp_path):
     copy, path, index, offset = _damage(small_records, tmp_path, "bit_flip_in_data")
+    from xlnet_data.pretrain.layout import DamagedRecordsError  # a UserError: train_gpu's one line is its message
     model_dir = tmp_path / "model"
-    result = run_module("xlnet_data.train_gpu", *_train_args(copy, model_dir, "--train_steps=20"))
-    line = _one_line(result, "train", 2)
+    with pytest.raises(DamagedRecordsError) as stopped:
+        T.train(_train_config(copy, model_dir, train_steps=20))
     # Record 60 is in the batch of step 8 (8 rows a step): 7 steps are trained and kept.
-    assert line == (f"train: error: {path}: record {index} (byte {offset}): corrupt record: data CRC mismatch "
-                    f"(training stopped at step 7; {model_dir}/model.ckpt-7 holds the steps before it)")
+    assert str(stopped.value) == (f"{path}: record {index} (byte {offset}): corrupt record: data CRC mismatch "
+                                  f"(training stopped at step 7; {model_dir}/model.ckpt-7 holds the steps before it)")
     assert sorted(n for n in os.listdir(model_dir) if n.startswith("model.ckpt")) == [
         "model.ckpt-7.data-00000-of-00001", "model.ckpt-7.index"]
     line = _one_line(run_module("xlnet_data.dump", copy, "--format=json"), "dump", 2)
@@ -598,15 +606,20 @@ def small_disk(tmp_path):
     if made.returncode:
         pytest.skip(f"cannot mount a small tmpfs here (not root?): {made.stderr.decode().strip()}")
     yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    # lazy: a run of this process that failed on the disk may hold its events file open until it is collected
+    subprocess.run(["umount", "--lazy", str(mount)], check=True)
 
 
 @pytest.mark.slow
 def test_a_full_model_dir_is_one_line_naming_the_checkpoint_and_leaves_no_temporary_file(small_records, small_disk):
+    """In this process: the error's line is the one train_gpu prints (cli.os_error_line; the next test runs the
+    command)."""
+    from xlnet_data import cli
+    from xlnet_data.pretrain.checkpoints import CheckpointWriteError
     model_dir = small_disk / "model"
-    result = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"))
-    line = _one_line(result, "train", 2)
-    assert line == f"train: error: cannot write checkpoint {model_dir}/model.ckpt-2: No space left on device"
+    with pytest.raises(CheckpointWriteError) as failed:
+        T.train(_train_config(small_records, model_dir, train_steps=2))
+    assert cli.os_error_line(failed.value) == f"cannot write checkpoint {model_dir}/model.ckpt-2: No space left on device"
     assert sorted(n for n in os.listdir(model_dir) if not n.startswith("events.")) == [
         ".train.lock", "run_config.json", "xlnet_config.json"]
     _no_temporary_files(model_dir)
@@ -677,29 +690,69 @@ def _wait_for_reader(save_dir, process, program):
         time.sleep(0.05)
 
 
-@pytest.mark.slow
-def test_create_overwrite_is_refused_while_train_gpu_or_dump_reads_the_save_dir(small_records, sample_spm, tmp_path):
-    from test_train import RECORD_FLAGS
-    copy = _copy(small_records, tmp_path)
-    before = _records_file(copy).read_bytes()
-    text = tmp_path / "emma.txt"
-    text.write_text("\n".join((SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:20]) + "\n")
-    overwrite = (f"--input_glob={text}", f"--sp_path={sample_spm}", f"--save_dir={copy}", *RECORD_FLAGS,
-                 "--num_workers=1", "--overwrite")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    readers = [("train_gpu", lambda: _popen_train(*_train_args(copy, tmp_path / "model", "--train_steps=100000",
-                                                               "--save_steps=100000"))),
-               ("dump", lambda: subprocess.Popen([sys.executable, "-m", "xlnet_data.dump", str(copy)], env=env,
-                                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))]  # unread: blocks
-    for program, start in readers:
-        reader = start()
-        try:
-            _wait_for_reader(copy, reader, program)
-            refused = run_module("xlnet_data.create", *overwrite)
-            line = _one_line(refused, "create", 2)
+@pytest.fixture(scope="class")
+def training_run(small_records, tmp_path_factory):
+    """(records, model_dir, process) of a train_gpu run on a copy of small_records that trains on (100,000 steps, no
+    checkpoint) while the tests below try what it must refuse: a second run on its model_dir, create --overwrite of
+    the records it reads. Returned once it holds both locks, model_dir's and the records' readers' lock; ended with
+    the class of those tests (so that it trains in the background of none other)."""
+    folder = tmp_path_factory.mktemp("training_run")
+    records, model_dir = _copy(small_records, folder, "records"), folder / "model"
+    process = _popen_train(*_train_args(records, model_dir, "--train_steps=100000", "--save_steps=100000"))
+    try:
+        _wait_for_reader(records, process, "train_gpu")
+        lock = model_dir / ".train.lock"  # taken after the readers' lock
+        deadline = time.monotonic() + 300
+        while not (lock.exists() and f"pid {process.pid} " in lock.read_text()):
+            assert process.poll() is None and time.monotonic() < deadline, "the run never took model_dir's lock"
+            time.sleep(0.05)
+        yield records, model_dir, process
+    finally:
+        process.kill()
+        process.communicate()
+
+
+class TestWhileATrainGpuRuns:
+    """Refusals made while another train_gpu run trains on (the training_run fixture)."""
+
+    @pytest.mark.slow
+    def test_a_second_train_on_a_busy_model_dir_stops_at_once_naming_the_holder(self, training_run, small_records):
+        _, model_dir, first = training_run
+        # The records' twin, not the records the first run reads: their readers' lock names the latest reader, which
+        # must stay the first run for the create test below.
+        second = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"))
+        line = _one_line(second, "train", 2)
+        assert line.startswith(f"train: error: {model_dir} is in use by another train_gpu run (pid {first.pid} on "
+                               f"{os.uname().nodename}, started "), line
+        assert line.endswith("; wait for it to end, or use another --model_dir"), line
+        assert first.poll() is None  # the first run trains on
+        assert not [n for n in os.listdir(model_dir) if n.startswith("model.ckpt")]  # nothing written by the second
+
+    @pytest.mark.slow
+    def test_create_overwrite_is_refused_while_train_gpu_or_dump_reads_the_save_dir(self, training_run, sample_spm,
+                                                                                    tmp_path):
+        from test_train import RECORD_FLAGS
+        records, _, train = training_run
+        before = _records_file(records).read_bytes()
+        text = tmp_path / "emma.txt"
+        text.write_text("\n".join((SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:20]) + "\n")
+        overwrite = (f"--input_glob={text}", f"--sp_path={sample_spm}", f"--save_dir={records}", *RECORD_FLAGS,
+                     "--num_workers=1", "--overwrite")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+
+        def refused_naming(program, reader):
+            line = _one_line(run_module("xlnet_data.create", *overwrite), "create", 2)
             assert f"{program}: pid {reader.pid} " in line, line
             assert reader.poll() is None  # the reader reads on
+            assert _records_file(records).read_bytes() == before
+
+        refused_naming("train_gpu", train)
+        # dump besides: the readers' lock names the latest reader
+        dump = subprocess.Popen([sys.executable, "-m", "xlnet_data.dump", str(records)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # unread: it blocks, reading on
+        try:
+            _wait_for_reader(records, dump, "dump")
+            refused_naming("dump", dump)
         finally:
-            reader.kill()
-            reader.communicate()
-        assert _records_file(copy).read_bytes() == before
+            dump.kill()
+            dump.communicate()
