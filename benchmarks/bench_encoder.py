@@ -10,7 +10,7 @@ a language without its text is left out). Each text is normalised by create's pr
 model's uncased and keep_accents (its PREFIX.text.json, as spm_train wrote it; none: cased, accents removed), and
 create runs with the same flags.
 
-Timed, CPU time (time.process_time) in this process, in alternating rounds, medians:
+Timed, CPU time (time.process_time), all of them in turn in each round, after a warm-up round; medians:
 - `sp`: SentencePiece's batch call, sp.encode(list_of_lines, num_threads=1): the yardstick;
 - `sp own`: the same call timed in a process of its own that holds nothing but the lines and the model (a child
   process; its time of the call alone). The call makes a Python list a line, so its time includes Python's cyclic
@@ -21,19 +21,22 @@ Timed, CPU time (time.process_time) in this process, in alternating rounds, medi
   digit-comma rule (create's encoder before ours);
 - `ours`: unigram.UnigramEncoder.encode_ids, and `ours+dc`: text.Encoder(sp, encoder="ours").encode_batch
   (with the digit-comma rule, as create calls it);
-- create's one pass (`python -m xlnet_data.create`, one task, one pass, one worker, seq_len 512, 32 rows: a child
-  process, its CPU time) with --encoder=sentencepiece and --encoder=ours, and `--before_root`'s create with its own
-  default, on the raw lines and on the first half of them: the difference of the two cancels what does not
-  grow with the text (start-up, compiled code loading). Its ids per second are set against `sp`'s, the
-  yardstick the issue checks create by (SentencePiece alone on the normalised lines, in this process).
+- create's one pass (`python -m xlnet_data.create`'s flags and library call, one task, one pass, one worker,
+  seq_len 512, 32 rows) with --encoder=sentencepiece and --encoder=ours, and `--before_root`'s create with its own
+  default, on the raw lines and on the first half of them: each checkout's create in a process of its own that
+  runs it on each once a round; all less half is create's cost of the added tokens. Its ids per second are set
+  against `sp`'s and `sp own`'s, the yardsticks the issue checks create by (SentencePiece alone on the
+  normalised lines), round by round: the median ratio and the lowest and highest.
+  Timed in one process, create's start-up (imports, the compiled code's cache, the model's parse: ~2 CPU s
+  that spread by +-0.3 s from one process to the next on this VM) is in no run; each run still maps fresh
+  memory and faults it in on first touch, as create in a process of its own does.
 """
 
 import argparse
+import contextlib
 import glob
 import math
 import os
-import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -72,7 +75,7 @@ def corpora(texts, size_mb):
 
 
 def timed(calls, rounds):
-    """{name: median CPU seconds} of `calls`, run in turn `rounds` times after one warm-up round. A call that
+    """{name: [CPU seconds a round]} of `calls`, run in turn `rounds` times after one warm-up round. A call that
     returns a number gives its own seconds (a child process's)."""
     seconds = {name: [] for name in calls}
     for round_number in range(rounds + 1):
@@ -81,7 +84,7 @@ def timed(calls, rounds):
             took = call()
             if round_number:
                 seconds[name].append(took if isinstance(took, float) else time.process_time() - start)
-    return {name: statistics.median(values) for name, values in seconds.items()}
+    return seconds
 
 
 # The yardstick's child: the lines (one a line of the file, UTF-8) encoded once, the call's CPU seconds printed.
@@ -101,40 +104,90 @@ def sp_own_process(sp_path, lines_path):
     return float(out.stdout)
 
 
-def create_command(root, corpus, save_dir, sp_path, encoder):
-    """create's command line: one task, one pass, one worker, in the checkout `root` (its own package)."""
-    command = [sys.executable, "-m", "xlnet_data.create", f"--input_glob={corpus}", f"--save_dir={save_dir}",
-               f"--sp_path={sp_path}", "--bsz_per_host=32", "--seq_len=512", "--reuse_len=256", "--num_predict=85",
-               "--num_passes=1", "--num_workers=1"]
+def create_flags(save_dir, sp_path, encoder):
+    """create's flags but --input_glob: one task, one pass, one worker, the model's text settings."""
+    flags = [f"--save_dir={save_dir}", f"--sp_path={sp_path}", "--bsz_per_host=32", "--seq_len=512",
+             "--reuse_len=256", "--num_predict=85", "--num_passes=1", "--num_workers=1"]
     uncased, keep_accents = text_settings(sp_path)
-    command += [f"--{'' if uncased else 'no'}uncased", f"--{'' if keep_accents else 'no'}keep_accents"]
-    return command + ([f"--encoder={encoder}"] if encoder else [])
+    flags += [f"--{'' if uncased else 'no'}uncased", f"--{'' if keep_accents else 'no'}keep_accents"]
+    return flags + ([f"--encoder={encoder}"] if encoder else [])
 
 
-def child_cpu(command, root, save_dir):
-    """CPU seconds (user + system) of `command` run in `root` (start-up included: all - half cancels it)."""
-    shutil.rmtree(save_dir, ignore_errors=True)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(command, cwd=root, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={**os.environ, "PYTHONPATH": str(root)})
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+# create's one pass run again and again in one process (a checkout's own package on PYTHONPATH): its flags are
+# parsed as `python -m xlnet_data.create` parses them, glibc set as create.main sets it; each line read names a
+# corpus, the run's CPU seconds are written back. Timed in one process, create's start-up (imports, the compiled
+# code's cache, the model's parse: ~2 s of CPU that spread by +-0.3 s a process on this VM) is not in any run;
+# what a run allocates is still mapped fresh and faulted in on first touch, as in a process of its own.
+CREATE_CHILD = """import dataclasses, gc, logging, sys, time
+from absl import flags
+from xlnet_data import cli, create
+from xlnet_data.common import memory
+from xlnet_data.datagen.config import CreateConfig
+from xlnet_data.datagen.job import create_records
+create.define_flags()
+flags.FLAGS(["create", *sys.argv[1:]])
+logging.disable(logging.WARNING)
+memory.release_large_blocks_promptly()
+config = cli.config_from_flags(CreateConfig)
+for corpus in sys.stdin:
+    gc.collect()
+    memory.return_freed_heap()
+    start = time.process_time()
+    create_records(dataclasses.replace(config, input_glob=corpus.strip()).validate(), overwrite=True, num_workers=1)
+    print(time.process_time() - start, flush=True)
+"""
 
 
-def create_passes(lines, sp_path, folder, before_root, rounds, encoders):
-    """{name: median CPU s} of create's one pass, on all `lines` and on their first half, with each of `encoders`
-    in this checkout and (`before_root`) another checkout's create with its default encoder."""
+class CreateProcess:
+    """create's one pass, in a process of its own that runs it on each corpus asked for (CREATE_CHILD)."""
+
+    def __init__(self, flags, root, stderr_path):
+        self.stderr_path = stderr_path  # the progress lines, and what went wrong
+        with open(stderr_path, "w") as stderr:
+            self.process = subprocess.Popen([sys.executable, "-c", CREATE_CHILD, *flags], cwd=root, text=True,
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                            env={**os.environ, "PYTHONPATH": str(root)})
+
+    def seconds(self, corpus):
+        """CPU seconds of one pass over `corpus` (a path) in the child."""
+        self.process.stdin.write(f"{corpus}\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            last = Path(self.stderr_path).read_text().strip().splitlines()[-1:]
+            raise RuntimeError(f"create's child process stopped (exit status {self.process.wait()}): {last}")
+        return float(line)
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
+
+
+@contextlib.contextmanager
+def create_runs(lines, sp_path, folder, before_root, encoders):
+    """{name: call} of create's one pass, on all `lines` and on their first half (`ENCODER all`, `ENCODER half`),
+    with each of `encoders` in this checkout and (`before_root`, `before`) another checkout's create with its
+    default encoder: a CreateProcess each, closed on leaving."""
     corpora = {}
     for size, part in (("all", lines), ("half", lines[:len(lines) // 2])):
         corpora[size] = Path(folder) / f"{size}.txt"
         corpora[size].write_text("\n".join(part) + "\n", encoding="utf-8")
-    runs = {f"{encoder} {size}": (ROOT, create_command(ROOT, corpus, f"{folder}/out", sp_path, encoder))
-            for encoder in encoders for size, corpus in corpora.items()}
+    checkouts = {encoder: (ROOT, encoder) for encoder in encoders}
     if before_root:
-        runs.update({f"before {size}": (before_root, create_command(before_root, corpus, f"{folder}/out", sp_path, None))
-                     for size, corpus in corpora.items()})
-    return timed({name: lambda root=root, command=command: child_cpu(command, root, f"{folder}/out")
-                  for name, (root, command) in runs.items()}, rounds)
+        checkouts["before"] = (before_root, None)
+    children = {name: CreateProcess(create_flags(f"{folder}/out", sp_path, encoder), root, f"{folder}/{name}.err")
+                for name, (root, encoder) in checkouts.items()}
+    try:
+        yield {f"{name} {size}": lambda child=child, corpus=corpus: child.seconds(corpus)
+               for name, child in children.items() for size, corpus in corpora.items()}
+    finally:
+        for child in children.values():
+            child.close()
+
+
+def spread(values):
+    """`median (lowest-highest)` of `values`."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def main():
@@ -148,7 +201,6 @@ def main():
         parser.add_argument(f"--{language}_sp_path", help=f"a model trained on {name} (spm_train; real_text.py's)")
     parser.add_argument("--size_mb", type=float, default=16, help="each text repeated to this many MB (UTF-8) or "
                         "more, so that create's all and half differ by enough work to stand above one run's noise")
-    parser.add_argument("--create_rounds", type=int, default=5, help="alternating rounds of create's runs (median)")
     parser.add_argument("--create_encoders", default="ours",
                         help="create's --encoder values to time its one pass with (comma-separated: ours, sentencepiece)")
     parser.add_argument("--before_root", help="another checkout (e.g. `git worktree add /tmp/before 592e2cd`, the "
@@ -170,33 +222,36 @@ def main():
         ours = UnigramEncoder(Path(sp_path).read_bytes())
         today, ours_dc = Encoder(sp, 1, "sentencepiece"), Encoder(sp, 1, "ours")
         tokens = int(ours.encode_ids(lines)[0].size)
-        lines_file = tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt", delete=False)
-        with lines_file:
-            lines_file.write("".join(line + "\n" for line in lines))
-        t = timed({"sp": lambda lines=lines, sp=sp: sp.encode(lines, num_threads=1),
-                   "sp own": lambda sp_path=sp_path, path=lines_file.name: sp_own_process(sp_path, path),
-                   "today": lambda lines=lines, today=today: today.encode_batch(lines),
-                   "ours": lambda lines=lines, ours=ours: ours.encode_ids(lines),
-                   "ours+dc": lambda lines=lines, ours_dc=ours_dc: ours_dc.encode_batch(lines)}, args.rounds)
+        with tempfile.TemporaryDirectory() as folder:
+            lines_path = Path(folder) / "lines.txt"
+            lines_path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            with create_runs(raw, sp_path, folder, args.before_root, args.create_encoders.split(",")) as creates:
+                rounds = timed({"sp": lambda lines=lines, sp=sp: sp.encode(lines, num_threads=1),
+                                "sp own": lambda sp_path=sp_path, path=lines_path: sp_own_process(sp_path, path),
+                                "today": lambda lines=lines, today=today: today.encode_batch(lines),
+                                "ours": lambda lines=lines, ours=ours: ours.encode_ids(lines),
+                                "ours+dc": lambda lines=lines, ours_dc=ours_dc: ours_dc.encode_batch(lines),
+                                **creates}, args.rounds)
+        t = {k: statistics.median(v) for k, v in rounds.items()}
         mb = sum(map(len, lines)) / 1e6
         print(f"{name} ({Path(sp_path).name}): {len(lines)} lines, {mb:.1f}M characters, {tokens} tokens; M tokens/s: "
-              + ", ".join(f"{k} {tokens / v / 1e6:.2f}" for k, v in t.items())
+              + ", ".join(f"{k} {tokens / t[k] / 1e6:.2f}" for k in ("sp", "sp own", "today", "ours", "ours+dc"))
               + f"; ours / sp {t['sp'] / t['ours']:.2f}x, ours+dc / today {t['today'] / t['ours+dc']:.2f}x")
-        with tempfile.TemporaryDirectory() as folder:
-            c = create_passes(raw, sp_path, folder, args.before_root, args.create_rounds,
-                                  args.create_encoders.split(","))
-        half_tokens = int(ours.encode_ids(lines[:len(lines) // 2])[0].size)
-        per_token = {run: (c[f"{run} all"] - c[f"{run} half"]) / (tokens - half_tokens)
-                     for run in ("sentencepiece", "ours", "before") if f"{run} all" in c}
-        os.unlink(lines_file.name)
-        rates = ", ".join(f"{run} {1e-6 / v:.2f}" for run, v in per_token.items())
-        against = {yardstick: ", ".join(f"{run} {t[yardstick] / tokens / v:.2f}" for run, v in per_token.items())
+        added = tokens - int(ours.encode_ids(lines[:len(lines) // 2])[0].size)
+        # per round: the yardstick's seconds a token over create's (all - half) seconds an added token
+        ratios = {(run, yardstick): [sp_s / tokens * added / (all_s - half_s) for sp_s, all_s, half_s in
+                                     zip(rounds[yardstick], rounds[f"{run} all"], rounds[f"{run} half"])]
+                  for run in ("sentencepiece", "ours", "before") if f"{run} all" in rounds
+                  for yardstick in ("sp", "sp own")}
+        runs = list(dict.fromkeys(run for run, _ in ratios))
+        rates = ", ".join(f"{run} {added / (t[f'{run} all'] - t[f'{run} half']) / 1e6:.2f}" for run in runs)
+        against = {yardstick: ", ".join(f"{run} {spread(ratios[run, yardstick])}" for run in runs)
                    for yardstick in ("sp", "sp own")}
-        print("  create's one pass, CPU s: " + ", ".join(f"{k} {v:.3f}" for k, v in c.items())
-              + f"; per token (all - half), M tokens/s: {rates}; against sp's batch call alone: {against['sp']}"
-              + f"; against it in its own process: {against['sp own']}"
-              + (f"; ours / before {per_token['before'] / per_token['ours']:.2f}x" if "before" in per_token else ""))
-
+        print("  create's one pass, CPU s: " + ", ".join(f"{k} {t[k]:.3f}" for k in creates)
+              + f"; per token (all - half, medians), M tokens/s: {rates}; against sp's batch call alone, per round, "
+              f"median (lowest-highest): {against['sp']}; against it in its own process: {against['sp own']}"
+              + (f"; ours / before {statistics.median(ratios['ours', 'sp']) / statistics.median(ratios['before', 'sp']):.2f}x"
+                 if ("before", "sp") in ratios else ""))
 
 if __name__ == "__main__":
     main()

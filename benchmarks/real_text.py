@@ -10,8 +10,10 @@ OUTPUT_DIR/SET/, then `spm_train --input=OUTPUT_DIR/SET/*.txt --model_prefix=OUT
 --character_coverage=0.9995 --keep_accents` (Chinese and Japanese: see docs/languages.md). Nothing is written into
 the repository: the texts are others' and stay out of its history.
 
-Two Chinese sets of different novels, each with its own model: `zh` is what BENCHMARKS.md's figures read; `zh_b`
-is kept aside to check that a figure holds on other novels with another model.
+Three Chinese sets of different novels, each with its own model: `zh` is what BENCHMARKS.md's figures read; `zh_b`
+is kept aside to check that a figure holds on other novels with another model; `zh_c`, Project Gutenberg's
+封神演義, 聊齋志異, 官場現形記 and 兒女英雄傳 in traditional characters (each file one line: prepare splits its sentences),
+another check of the kind.
 """
 
 import argparse
@@ -24,11 +26,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 BOOK_TXT = ("hexhero/book-txt", "b46b8dda733b74f0173757d37a513099c9690173")
+GUTENBERG_ZH = ("TzuYuJih/BDSE37_-_Project_Gutenberg", "4bb70455ee1af9f6f840e94019803e75c0c8f0de")  # traditional script
 SETS = {  # set: (language, [(repository, commit, paths joined into one novel, in order)])
     "zh": ("zh", [(*BOOK_TXT, ["三国演义.txt"]), (*BOOK_TXT, ["水浒传.txt"]), (*BOOK_TXT, ["西游记.txt"])]),
     "zh_b": ("zh", [("EaconTang/gitbook-hongloumeng", "c8c41fdb5466f9813d484441423c86cf2e599fd2",  # 红楼梦, Cheng-Gao
                      [f"ch_cgb/{i:03d}.md" for i in range(1, 121)]),
                     (*BOOK_TXT, ["金瓶梅.txt"])]),
+    "zh_c": ("zh", [(*GUTENBERG_ZH, [f"Project_Gutenberg/{name}.txt"]) for name in ("封神演義", "聊齋志異", "官場現形記",
+                                                                                     "兒女英雄傳")]),
     "ja": ("ja", [("Mukudori9316/Sohseki", "5dcda998d5393d0423e1d3c5d3dbb12c9a25a61c",  # Natsume Soseki (Aozora)
                    ["kokoro.txt"]),
                   ("Mukudori9316/Sohseki", "5dcda998d5393d0423e1d3c5d3dbb12c9a25a61c", ["wagahaiwa_nekodearu.txt"])]),
@@ -80,7 +85,7 @@ def main():
     parser.add_argument("--output_dir", required=True, help="where the sets' text and models go (not the repository)")
     parser.add_argument("--clones", default=None, help="where the repositories are cloned (default: OUTPUT_DIR/clones)")
     parser.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
-    parser.add_argument("--vocab_size", default="zh=32000,zh_b=32000,ja=8000",
+    parser.add_argument("--vocab_size", default="zh=32000,zh_b=32000,zh_c=32000,ja=8000",
                         help="pieces of each set's model (the Japanese text is 1.4 MB: 8,000 pieces)")
     args = parser.parse_args()
     output_dir = Path(args.output_dir).resolve()

@@ -9,7 +9,7 @@ from conftest import XLNET_SPM, needs_shared
 
 from xlnet_data.dataformat.examples import layout
 from xlnet_data.dataformat.vocab import EOD_ID, load_sentencepiece
-from xlnet_data.datagen import corpus, text
+from xlnet_data.datagen import block_tokens, corpus, text
 from xlnet_data.datagen.utf8_lines import Utf8Lines
 
 
@@ -191,6 +191,29 @@ def test_sentence_flags_alternate_and_eod_takes_the_flipped_flag(sp, tmp_path):
     # the flag of the sentence before it and "Three." takes the other one.
     want = [True] * len(pieces[0]) + [False] * len(pieces[1]) + [False] + [True] * len(pieces[2])
     assert flags.tolist() == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_blocks_flags_and_counts_are_numpys(seed):
+    """block_tokens.flags_and_counts against the numpy that corpus.shard_blocks ran before it: blank lines (an <eod>
+    each, the flipped flag), runs of them, text lines of no ids, both first flags, with and without the start
+    table."""
+    rng = np.random.default_rng(seed)
+    is_text = rng.random(300) < (0.9, 0.5, 0.1, 1.0)[seed]
+    lengths = np.where(is_text, rng.integers(0, 6, is_text.size), 1)
+    ids = rng.integers(0, 40, int(lengths.sum())).astype(np.int32)
+    ids[::7] = 0  # <unk>, the id counted
+    start_pieces = rng.random(40) < 0.3
+    flips_before = np.cumsum(is_text) - is_text
+    for sent_id in (True, False):
+        flags = (np.bool_(sent_id) ^ (flips_before & 1).astype(bool)) ^ ~is_text
+        for count_starts in (True, False):
+            got, next_id, unk, starts = block_tokens.flags_and_counts(ids, lengths, is_text, sent_id, 0, start_pieces,
+                                                                      count_starts)
+            assert got.tolist() == np.repeat(flags, lengths).tolist()
+            assert next_id == bool(sent_id ^ (int(is_text.sum()) & 1))
+            assert unk == np.count_nonzero(ids == 0) > 0
+            assert starts == (np.count_nonzero(start_pieces[ids]) if count_starts else 0)
 
 
 @pytest.mark.parametrize("data, ids", [(b"5 6\n\r", [5, 6]), (b"5\r6\r\n\r\n7\r", [56, EOD_ID, 7]), (b"\r", [])])

@@ -13,6 +13,7 @@ import numpy as np
 from xlnet_data.common import fileio
 from xlnet_data.common.errors import UserError
 from xlnet_data.dataformat.vocab import EOD_ID, UNK_ID
+from xlnet_data.datagen import block_tokens
 from xlnet_data.datagen.text import Encoder, StrippedMarks, preprocess_lines
 from xlnet_data.datagen.utf8_lines import Utf8Lines
 
@@ -30,6 +31,7 @@ UNK_WARNING_SHARE = 0.25
 # (docs/languages.md; Japanese novels 5.7%, issue 43).
 NO_SPACES_WARNING_SHARE = 0.3
 NO_SPACES_MIN_TOKENS = 1000  # a file of a few lines (a title, a list) is not judged
+_NO_TABLE = np.zeros(1, dtype=bool)  # start_pieces where none is given (not read)
 
 
 class InputError(UserError, ValueError):
@@ -242,7 +244,7 @@ def shard_blocks(path, encoder: Encoder, stats: FileStats, *, from_raw_text, unc
     Flags start True and flip after every line; a blank line with `use_eod` becomes <eod>, flipped
     before and after, so it keeps the flag of the sentence before it and the next sentence flips.
     """
-    sent_id = True
+    sent_id = True  # flips after every text line (block_tokens.flags_and_counts)
     for first, lines, nbytes in _line_blocks(path, stats, strict, allow_binary):
         long_bytes = np.flatnonzero(np.diff(lines.line_starts) > LONG_LINE_CHARS + 1)  # as many characters at most
         long_lines = [i for i in long_bytes.tolist() if len(lines.line(i)) > LONG_LINE_CHARS]
@@ -253,16 +255,14 @@ def shard_blocks(path, encoder: Encoder, stats: FileStats, *, from_raw_text, unc
         ids, lengths, is_text = _encode_block(lines, first, path, encoder, from_raw_text=from_raw_text,
                                               uncased=uncased, keep_accents=keep_accents, use_eod=use_eod,
                                               vocab_size=vocab_size, marks=stats.stripped)
-        # Text lines flip the flag once; a blank line's <eod> flips it twice, so it takes the flipped flag.
-        flips_before = np.cumsum(is_text) - is_text
-        flags = (np.bool_(sent_id) ^ (flips_before & 1).astype(bool)) ^ ~is_text
-        sent_id = bool(sent_id ^ (int(is_text.sum()) & 1))
+        flags, sent_id, unk, starts = block_tokens.flags_and_counts(
+            ids, lengths, is_text, sent_id, UNK_ID, _NO_TABLE if start_pieces is None else start_pieces,
+            start_pieces is not None)
         if ids.size:
             stats.tokens += int(ids.size)
-            stats.unk += int(np.count_nonzero(ids == UNK_ID))
-            if start_pieces is not None:  # one gather a block, like the <unk> count
-                stats.start_pieces += int(np.count_nonzero(start_pieces[ids]))
-            yield ids, np.repeat(flags, lengths), None if word_starts is None else word_starts(ids)
+            stats.unk += int(unk)
+            stats.start_pieces += int(starts)
+            yield ids, flags, None if word_starts is None else word_starts(ids)
         if on_progress:
             on_progress(len(lines), int(ids.size), nbytes)
     if stats.invalid_utf8_lines:

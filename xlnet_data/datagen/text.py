@@ -119,6 +119,9 @@ class Encoder:
         # Ids whose piece triggers the digit-comma rule: encode_batch replaces them by their split.
         self._digit_comma = np.array(
             [len(p) > 1 and p[-1] == "," and p[-2].isdigit() for p in pieces], dtype=bool)
+        # Models of scripts without such pieces (the Chinese ones spm_train makes have none) skip the look-up of every
+        # id: ~2 ns a token of Chinese create's ~158.
+        self._any_digit_comma = bool(self._digit_comma.any())
         self._splits = {}
         self._buffer_batch = _buffer_batch(sp)
         # How SentencePiece's ids come back, fastest first: "buffers", "numpy" (arrays), "lists" (of ints).
@@ -148,6 +151,8 @@ class Encoder:
         one costs no more than any other (re-encoding a 50 MB line piece by piece took most of its time).
         """
         flat, lengths = self._encode_ids(texts)
+        if not self._any_digit_comma:
+            return flat, lengths
         hits = np.flatnonzero(np.take(self._digit_comma, flat))  # take: half the time of self._digit_comma[flat]
         if hits.size:
             line_of_hit = np.searchsorted(np.cumsum(lengths), hits, side="right")
