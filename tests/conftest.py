@@ -3,8 +3,10 @@
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -185,8 +187,28 @@ def pytest_configure(config):
 # What train_gpu imports before its first step: a `preload` for its runs.
 TRAIN_GPU_PRELOAD = ("tensorflow", "xlnet_data.pretrain.training")
 
-_FORKED_RUNS = r"""
+# In a forked child: the command's own run(), as `python -m module argv` would, stdout and stderr to these files.
+_RUN_IN_CHILD = r"""
 import importlib, json, os, sys, traceback
+def run_in_child(module_name, argv, out_path, err_path):
+    for fd, path in ((1, out_path), (2, err_path)):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    sys.argv = [module_name, *argv]
+    try:
+        sys.modules[module_name].run()
+        status = 0
+    except SystemExit as exit_:
+        if isinstance(exit_.code, str):
+            print(exit_.code, file=sys.stderr)
+        status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(status)
+"""
+
+_FORKED_RUNS = _RUN_IN_CHILD + r"""
 out_dir, runs, preload = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 for name in preload + [module_name for module_name, _ in runs]:
     importlib.import_module(name)
@@ -194,21 +216,7 @@ for i, (module_name, argv) in enumerate(runs):
     sys.stdout.flush(); sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        for fd, name in ((1, "out"), (2, "err")):
-            os.dup2(os.open(os.path.join(out_dir, f"{i}.{name}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-        sys.argv = [module_name, *argv]
-        try:
-            sys.modules[module_name].run()
-            status = 0
-        except SystemExit as exit_:
-            if isinstance(exit_.code, str):
-                print(exit_.code, file=sys.stderr)
-            status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
-        except BaseException:
-            traceback.print_exc()
-            status = 1
-        sys.stdout.flush(); sys.stderr.flush()
-        os._exit(status)
+        run_in_child(module_name, argv, os.path.join(out_dir, f"{i}.out"), os.path.join(out_dir, f"{i}.err"))
     _, wait_status = os.waitpid(pid, 0)
     with open(os.path.join(out_dir, f"{i}.status"), "w") as fp:
         fp.write(str(os.waitstatus_to_exitcode(wait_status)))
@@ -233,3 +241,98 @@ def run_modules_forked(runs, tmp_dir, preload=("tensorflow",), timeout=600):
 def run_module_forked(module, argvs, tmp_dir, preload=("tensorflow",), timeout=600):
     """run_modules_forked of one module's runs, one per argv."""
     return run_modules_forked([(module, argv) for argv in argvs], tmp_dir, preload, timeout)
+
+
+# ----- commands running at the same time, forked from one TensorFlow import ----------------------------------------
+# A cluster's workers (test_multi_worker) run at once, which run_modules_forked's one-after-the-other driver cannot
+# do: a ForkServer is one process that imported `preload` once and forks a command from it on request (one JSON line
+# on its stdin; it answers the child's pid). Each command is a real process, as a Popen's (signals, a kill, its
+# stderr in a file); the server reaps it and writes its exit status to <status_dir>/<pid>.status.
+
+_FORK_SERVER = _RUN_IN_CHILD + r"""
+import signal
+status_dir, preload = sys.argv[1], json.loads(sys.argv[2])
+for name in preload:
+    importlib.import_module(name)
+
+def reap(wait_flags):
+    while True:
+        try:
+            pid, wait_status = os.waitpid(-1, wait_flags)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        with open(os.path.join(status_dir, f"{pid}.tmp"), "w") as fp:
+            fp.write(str(os.waitstatus_to_exitcode(wait_status)))
+        os.replace(os.path.join(status_dir, f"{pid}.tmp"), os.path.join(status_dir, f"{pid}.status"))
+
+signal.signal(signal.SIGCHLD, lambda *_: reap(os.WNOHANG))
+for line in sys.stdin:
+    request = json.loads(line)
+    importlib.import_module(request["module"])
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.environ.update(request["env"])
+        run_in_child(request["module"], request["argv"], os.devnull, request["stderr"])
+    print(pid, flush=True)
+signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+reap(0)  # stdin closed: the children left, then leave
+"""
+
+
+class ForkedProcess:
+    """A command forked by a ForkServer, with what the tests use of a Popen: pid, poll, wait, send_signal, kill,
+    returncode (a signal's death is its negative number)."""
+
+    def __init__(self, pid, status_path, args):
+        self.pid, self.args, self.returncode = pid, args, None
+        self._status_path = status_path
+
+    def poll(self):
+        if self.returncode is None and self._status_path.exists():
+            self.returncode = int(self._status_path.read_text())
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, signum):
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """Starts commands (`python -m module argv`, stdout to /dev/null, stderr to a file) as processes forked from one
+    process that imported `preload` once; close() waits for those left (kill them first)."""
+
+    def __init__(self, status_dir, preload=TRAIN_GPU_PRELOAD):
+        self.status_dir = Path(status_dir)
+        self.status_dir.mkdir(parents=True)
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+        self.server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER, str(self.status_dir), json.dumps(list(preload))],
+                                       env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def start(self, module, argv, stderr_path, env=None):
+        argv = [str(arg) for arg in argv]
+        self.server.stdin.write(json.dumps({"module": module, "argv": argv, "stderr": str(stderr_path),
+                                            "env": env or {}}) + "\n")
+        self.server.stdin.flush()
+        pid = self.server.stdout.readline()
+        assert pid, f"the fork server ended (status {self.server.wait()})"
+        return ForkedProcess(int(pid), self.status_dir / f"{pid.strip()}.status", [sys.executable, "-m", module, *argv])
+
+    def close(self, timeout=60):
+        self.server.stdin.close()
+        self.server.wait(timeout=timeout)

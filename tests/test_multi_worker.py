@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT
+from conftest import ROOT, TRAIN_GPU_PRELOAD, ForkServer
 from test_train import TINY_SHAPE, small_records  # noqa: F401 (small_records is a fixture)
 
 WORKER_TIMEOUT_S = 600  # a bound for a hang, not a speed check: a loaded 2-core machine is slow
@@ -55,26 +55,34 @@ def free_loopback_ports(count):
     return ports
 
 
-class Worker:
-    """One train_gpu process of a cluster; its stderr goes to a file (read at any time by `log`)."""
+@pytest.fixture(scope="module")
+def fork_server(tmp_path_factory):
+    """Where the workers are forked from: one TensorFlow import for the module's twelve worker processes (each paid
+    its own, about 5 s of CPU, before its first step)."""
+    server = ForkServer(tmp_path_factory.mktemp("fork_server") / "status", (*TRAIN_GPU_PRELOAD, "xlnet_data.train_gpu"))
+    yield server
+    server.close()
 
-    def __init__(self, flags, tf_config, log_path):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), TF_CONFIG=json.dumps(tf_config))
+
+class Worker:
+    """One train_gpu process of a cluster, forked by the fork server; its stderr goes to a file (read at any time by
+    `log`)."""
+
+    def __init__(self, server, flags, tf_config, log_path):
         self.log_path = log_path
-        with open(log_path, "w") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "xlnet_data.train_gpu", "--strategy=multi_worker",
-                                             *flags], env=env, stdout=subprocess.DEVNULL, stderr=log)
+        self.process = server.start("xlnet_data.train_gpu", ["--strategy=multi_worker", *flags], log_path,
+                                    env={"TF_CONFIG": json.dumps(tf_config)})
 
     def log(self):
         return self.log_path.read_text()
 
 
-def start_workers(flags, log_dir, count=2, extra_flags=None):
+def start_workers(server, flags, log_dir, count=2, extra_flags=None):
     """`count` train_gpu processes forming one cluster on loopback ports (worker 0 is the chief); worker i also
     gets extra_flags[i]."""
     log_dir.mkdir(exist_ok=True)
     workers = [f"127.0.0.1:{port}" for port in free_loopback_ports(count)]
-    return [Worker([*flags, *(extra_flags or {}).get(index, [])],
+    return [Worker(server, [*flags, *(extra_flags or {}).get(index, [])],
                    {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}},
                    log_dir / f"worker{index}.log") for index in range(count)]
 
@@ -117,12 +125,12 @@ def reference(small_records, tmp_path_factory):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_records, reference, tmp_path):  # noqa: F811
+def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_records, reference, fork_server, tmp_path):  # noqa: F811
     model_dir = tmp_path / "model"
     flags = [f"--record_info_dir={small_records}", f"--model_dir={model_dir}", *TRAIN_FLAGS]
-    first = finish(start_workers([*flags, "--train_steps=3"], tmp_path / "first"))
+    first = finish(start_workers(fork_server, [*flags, "--train_steps=3"], tmp_path / "first"))
     assert [code for code, _ in first] == [0, 0], first[0][1][-3000:] + first[1][1][-3000:]
-    second = finish(start_workers([*flags, "--train_steps=6"], tmp_path / "second"))
+    second = finish(start_workers(fork_server, [*flags, "--train_steps=6"], tmp_path / "second"))
     assert [code for code, _ in second] == [0, 0], second[0][1][-3000:] + second[1][1][-3000:]
 
     np.testing.assert_allclose(chief_losses(model_dir), reference, rtol=0, atol=1e-5)
@@ -139,7 +147,7 @@ def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_recor
     assert len([name for name in names if name.startswith("events.out.tfevents.")]) == 2
 
     # A worker whose model_dir is not the chief's (no shared filesystem) would start from step 0: refused.
-    split = start_workers([*flags, "--train_steps=9"], tmp_path / "split",
+    split = start_workers(fork_server, [*flags, "--train_steps=9"], tmp_path / "split",
                           extra_flags={1: [f"--model_dir={tmp_path / 'not_shared'}"]})  # the last --model_dir counts
     for code, stderr in finish(split):
         assert code == 2 and stderr.strip().splitlines()[-1].startswith(
@@ -148,12 +156,12 @@ def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_recor
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lost, how", [(1, signal.SIGKILL), (0, signal.SIGKILL), (1, signal.SIGSTOP)])
-def test_a_worker_that_dies_ends_the_others_with_one_line(small_records, tmp_path, lost, how):  # noqa: F811
+def test_a_worker_that_dies_ends_the_others_with_one_line(small_records, fork_server, tmp_path, lost, how):  # noqa: F811
     """Worker `lost` (1: a worker, 0: the chief) is killed, or stopped (it holds its connections open but stops
     answering: only the heartbeats tell), once training runs; the other must stop by itself."""
     flags = [f"--record_info_dir={small_records}", f"--model_dir={tmp_path / 'model'}", *TRAIN_FLAGS,
              "--train_steps=100000"]
-    workers = start_workers(flags, tmp_path / "logs")
+    workers = start_workers(fork_server, flags, tmp_path / "logs")
     survivor = workers[1 - lost]
     try:
         deadline = time.monotonic() + WORKER_TIMEOUT_S
