@@ -277,7 +277,8 @@ for line in sys.stdin:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.environ.update(request["env"])
-        run_in_child(request["module"], request["argv"], os.devnull, request["stderr"])
+        os.chdir(request["cwd"])
+        run_in_child(request["module"], request["argv"], request["stdout"], request["stderr"])
     print(pid, flush=True)
 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 reap(0)  # stdin closed: the children left, then leave
@@ -314,25 +315,45 @@ class ForkedProcess:
 
 
 class ForkServer:
-    """Starts commands (`python -m module argv`, stdout to /dev/null, stderr to a file) as processes forked from one
-    process that imported `preload` once; close() waits for those left (kill them first)."""
+    """Starts commands (`python -m module argv`, stdout and stderr to files) as processes forked from one process that
+    imported `preload` once; close() waits for those left (kill them first)."""
 
     def __init__(self, status_dir, preload=TRAIN_GPU_PRELOAD):
         self.status_dir = Path(status_dir)
         self.status_dir.mkdir(parents=True)
+        self._runs = 0
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
         self.server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER, str(self.status_dir), json.dumps(list(preload))],
                                        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    def start(self, module, argv, stderr_path, env=None):
+    def start(self, module, argv, stderr_path, env=None, cwd=None, stdout_path=os.devnull):
         argv = [str(arg) for arg in argv]
-        self.server.stdin.write(json.dumps({"module": module, "argv": argv, "stderr": str(stderr_path),
-                                            "env": env or {}}) + "\n")
+        Path(stderr_path).write_text("")  # there before the child opens it: its log can be read from now on
+        self.server.stdin.write(json.dumps({"module": module, "argv": argv, "stdout": str(stdout_path),
+                                            "stderr": str(stderr_path), "env": env or {},
+                                            "cwd": str(cwd or os.getcwd())}) + "\n")
         self.server.stdin.flush()
         pid = self.server.stdout.readline()
         assert pid, f"the fork server ended (status {self.server.wait()})"
         return ForkedProcess(int(pid), self.status_dir / f"{pid.strip()}.status", [sys.executable, "-m", module, *argv])
 
+    def run(self, module, *args, cwd=None, timeout=600):
+        """Runs a command to its end, as run_module does (a CompletedProcess, text output)."""
+        self._runs += 1
+        out, err = (self.status_dir / f"run{self._runs}.{name}" for name in ("out", "err"))
+        process = self.start(module, args, err, cwd=cwd, stdout_path=out)
+        process.wait(timeout)
+        return subprocess.CompletedProcess(process.args, process.returncode, out.read_text(), err.read_text())
+
     def close(self, timeout=60):
         self.server.stdin.close()
         self.server.wait(timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def train_gpu_server(tmp_path_factory):
+    """A ForkServer with train_gpu imported (and TensorFlow, the trainer): a module's train_gpu commands pay one
+    import (about 5 s of CPU each, before their first check) instead of one each."""
+    server = ForkServer(tmp_path_factory.mktemp("fork_server") / "status", (*TRAIN_GPU_PRELOAD, "xlnet_data.train_gpu"))
+    yield server
+    server.close()

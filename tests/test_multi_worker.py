@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, TRAIN_GPU_PRELOAD, ForkServer
+from conftest import ROOT
 from test_train import TINY_SHAPE, small_records  # noqa: F401 (small_records is a fixture)
 
 WORKER_TIMEOUT_S = 600  # a bound for a hang, not a speed check: a loaded 2-core machine is slow
@@ -55,18 +55,9 @@ def free_loopback_ports(count):
     return ports
 
 
-@pytest.fixture(scope="module")
-def fork_server(tmp_path_factory):
-    """Where the workers are forked from: one TensorFlow import for the module's twelve worker processes (each paid
-    its own, about 5 s of CPU, before its first step)."""
-    server = ForkServer(tmp_path_factory.mktemp("fork_server") / "status", (*TRAIN_GPU_PRELOAD, "xlnet_data.train_gpu"))
-    yield server
-    server.close()
-
-
 class Worker:
-    """One train_gpu process of a cluster, forked by the fork server; its stderr goes to a file (read at any time by
-    `log`)."""
+    """One train_gpu process of a cluster, forked from one TensorFlow import (conftest.ForkServer: the module's twelve
+    workers each paid their own, about 5 s of CPU, before their first step); its stderr goes to a file (`log`)."""
 
     def __init__(self, server, flags, tf_config, log_path):
         self.log_path = log_path
@@ -125,12 +116,12 @@ def reference(small_records, tmp_path_factory):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_records, reference, fork_server, tmp_path):  # noqa: F811
+def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_records, reference, train_gpu_server, tmp_path):  # noqa: F811
     model_dir = tmp_path / "model"
     flags = [f"--record_info_dir={small_records}", f"--model_dir={model_dir}", *TRAIN_FLAGS]
-    first = finish(start_workers(fork_server, [*flags, "--train_steps=3"], tmp_path / "first"))
+    first = finish(start_workers(train_gpu_server, [*flags, "--train_steps=3"], tmp_path / "first"))
     assert [code for code, _ in first] == [0, 0], first[0][1][-3000:] + first[1][1][-3000:]
-    second = finish(start_workers(fork_server, [*flags, "--train_steps=6"], tmp_path / "second"))
+    second = finish(start_workers(train_gpu_server, [*flags, "--train_steps=6"], tmp_path / "second"))
     assert [code for code, _ in second] == [0, 0], second[0][1][-3000:] + second[1][1][-3000:]
 
     np.testing.assert_allclose(chief_losses(model_dir), reference, rtol=0, atol=1e-5)
@@ -147,7 +138,7 @@ def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_recor
     assert len([name for name in names if name.startswith("events.out.tfevents.")]) == 2
 
     # A worker whose model_dir is not the chief's (no shared filesystem) would start from step 0: refused.
-    split = start_workers(fork_server, [*flags, "--train_steps=9"], tmp_path / "split",
+    split = start_workers(train_gpu_server, [*flags, "--train_steps=9"], tmp_path / "split",
                           extra_flags={1: [f"--model_dir={tmp_path / 'not_shared'}"]})  # the last --model_dir counts
     for code, stderr in finish(split):
         assert code == 2 and stderr.strip().splitlines()[-1].startswith(
@@ -156,12 +147,12 @@ def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_recor
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lost, how", [(1, signal.SIGKILL), (0, signal.SIGKILL), (1, signal.SIGSTOP)])
-def test_a_worker_that_dies_ends_the_others_with_one_line(small_records, fork_server, tmp_path, lost, how):  # noqa: F811
+def test_a_worker_that_dies_ends_the_others_with_one_line(small_records, train_gpu_server, tmp_path, lost, how):  # noqa: F811
     """Worker `lost` (1: a worker, 0: the chief) is killed, or stopped (it holds its connections open but stops
     answering: only the heartbeats tell), once training runs; the other must stop by itself."""
     flags = [f"--record_info_dir={small_records}", f"--model_dir={tmp_path / 'model'}", *TRAIN_FLAGS,
              "--train_steps=100000"]
-    workers = start_workers(fork_server, flags, tmp_path / "logs")
+    workers = start_workers(train_gpu_server, flags, tmp_path / "logs")
     survivor = workers[1 - lost]
     try:
         deadline = time.monotonic() + WORKER_TIMEOUT_S
