@@ -190,12 +190,13 @@ TRAIN_GPU_PRELOAD = ("tensorflow", "xlnet_data.pretrain.training")
 # In a forked child: the command's own run(), as `python -m module argv` would, stdout and stderr to these files.
 _RUN_IN_CHILD = r"""
 import importlib, json, os, sys, traceback
-def run_in_child(module_name, argv, out_path, err_path):
+def run_in_child(module_name, argv, out_path, err_path, function=None):
     for fd, path in ((1, out_path), (2, err_path)):
         os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
     sys.argv = [module_name, *argv]
     try:
-        sys.modules[module_name].run()
+        module = importlib.import_module(module_name)
+        getattr(module, function)(*argv) if function else module.run()
         status = 0
     except SystemExit as exit_:
         if isinstance(exit_.code, str):
@@ -252,6 +253,7 @@ def run_module_forked(module, argvs, tmp_dir, preload=("tensorflow",), timeout=6
 _FORK_SERVER = _RUN_IN_CHILD + r"""
 import signal
 status_dir, preload = sys.argv[1], json.loads(sys.argv[2])
+sys.path.append(sys.argv[3])  # the tests' folder, for a test module's function
 for name in preload:
     importlib.import_module(name)
 
@@ -270,7 +272,8 @@ def reap(wait_flags):
 signal.signal(signal.SIGCHLD, lambda *_: reap(os.WNOHANG))
 for line in sys.stdin:
     request = json.loads(line)
-    importlib.import_module(request["module"])
+    if not request["function"]:  # a command: imported here, once (a test module is imported in the child)
+        importlib.import_module(request["module"])
     sys.stdout.flush(); sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
@@ -278,7 +281,7 @@ for line in sys.stdin:
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        run_in_child(request["module"], request["argv"], request["stdout"], request["stderr"])
+        run_in_child(request["module"], request["argv"], request["stdout"], request["stderr"], request["function"])
     print(pid, flush=True)
 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 reap(0)  # stdin closed: the children left, then leave
@@ -323,25 +326,29 @@ class ForkServer:
         self.status_dir.mkdir(parents=True)
         self._runs = 0
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-        self.server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER, str(self.status_dir), json.dumps(list(preload))],
+        self.server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER, str(self.status_dir), json.dumps(list(preload)),
+                                        str(Path(__file__).parent)],
                                        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    def start(self, module, argv, stderr_path, env=None, cwd=None, stdout_path=os.devnull):
+    def start(self, module, argv, stderr_path, env=None, cwd=None, stdout_path=os.devnull, function=None):
+        """`python -m module argv`, or with `function` module.function(*argv) (a check that must run in a fresh
+        TensorFlow: logical devices set before its first op), in a forked child."""
         argv = [str(arg) for arg in argv]
         Path(stderr_path).write_text("")  # there before the child opens it: its log can be read from now on
         self.server.stdin.write(json.dumps({"module": module, "argv": argv, "stdout": str(stdout_path),
-                                            "stderr": str(stderr_path), "env": env or {},
+                                            "stderr": str(stderr_path), "env": env or {}, "function": function,
                                             "cwd": str(cwd or os.getcwd())}) + "\n")
         self.server.stdin.flush()
         pid = self.server.stdout.readline()
         assert pid, f"the fork server ended (status {self.server.wait()})"
         return ForkedProcess(int(pid), self.status_dir / f"{pid.strip()}.status", [sys.executable, "-m", module, *argv])
 
-    def run(self, module, *args, cwd=None, timeout=600):
-        """Runs a command to its end, as run_module does (a CompletedProcess, text output)."""
+    def run(self, module, *args, cwd=None, timeout=600, function=None):
+        """Runs a command (or `function`, as start) to its end, as run_module does (a CompletedProcess, text
+        output)."""
         self._runs += 1
         out, err = (self.status_dir / f"run{self._runs}.{name}" for name in ("out", "err"))
-        process = self.start(module, args, err, cwd=cwd, stdout_path=out)
+        process = self.start(module, args, err, cwd=cwd, stdout_path=out, function=function)
         process.wait(timeout)
         return subprocess.CompletedProcess(process.args, process.returncode, out.read_text(), err.read_text())
 
@@ -350,10 +357,19 @@ class ForkServer:
         self.server.wait(timeout=timeout)
 
 
-@pytest.fixture(scope="module")
+def two_logical_cpus():
+    """Two logical CPU devices, for MirroredStrategy's two replicas: in a fresh TensorFlow only (before its first op),
+    as a check that a ForkServer runs (`function`) is."""
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+@pytest.fixture(scope="session")
 def train_gpu_server(tmp_path_factory):
-    """A ForkServer with train_gpu imported (and TensorFlow, the trainer): a module's train_gpu commands pay one
-    import (about 5 s of CPU each, before their first check) instead of one each."""
+    """A ForkServer with train_gpu imported (and TensorFlow, the trainer), one per test process: its train_gpu
+    commands and fresh-TensorFlow checks pay one import (about 5 s of CPU each, before their first check) instead of
+    one each."""
     server = ForkServer(tmp_path_factory.mktemp("fork_server") / "status", (*TRAIN_GPU_PRELOAD, "xlnet_data.train_gpu"))
     yield server
     server.close()

@@ -11,13 +11,12 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT
+from conftest import two_logical_cpus
 from test_train import TINY_SHAPE, small_records  # noqa: F401 (small_records is a fixture)
 
 WORKER_TIMEOUT_S = 600  # a bound for a hang, not a speed check: a loaded 2-core machine is slow
@@ -27,22 +26,20 @@ WORKER_TIMEOUT_S = 600  # a bound for a hang, not a speed check: a loaded 2-core
 TRAIN_FLAGS = [*TINY_SHAPE, "--n_layer=1", "--mem_len=0", "--learning_rate=1e-3", "--warmup_steps=2", "--min_lr_ratio=1",
                "--iterations=1", "--save_steps=3"]
 
-REFERENCE = """
-import json, os, sys
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from absl import flags
-from xlnet_data import train_gpu
-from xlnet_data.pretrain import training
-train_gpu.define_flags()
-flags.FLAGS(["train_gpu", *sys.argv[2:]])
-config = train_gpu.config_from_flags()
-losses = training.train(config, strategy=tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])).losses
-with open(sys.argv[1], "w") as f:
-    json.dump(losses, f)
-os._exit(0)  # written: skip the teardown, where freeing the runs' input iterators waits for their threads
-"""
+def write_reference_losses(losses_path, *flags):
+    """Run in a fresh TensorFlow (two logical CPUs): train_gpu's config of `flags` trained on two replicas in one
+    process, its losses written to losses_path."""
+    from absl import flags as absl_flags
+
+    from xlnet_data import train_gpu
+    from xlnet_data.pretrain import training
+    two_logical_cpus()
+    train_gpu.define_flags()
+    absl_flags.FLAGS(["train_gpu", *flags])
+    losses = training.train(train_gpu.config_from_flags(),
+                            strategy=tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])).losses
+    with open(losses_path, "w") as f:
+        json.dump(losses, f)
 
 
 def free_loopback_ports(count):
@@ -56,8 +53,9 @@ def free_loopback_ports(count):
 
 
 class Worker:
-    """One train_gpu process of a cluster, forked from one TensorFlow import (conftest.ForkServer: the module's twelve
-    workers each paid their own, about 5 s of CPU, before their first step); its stderr goes to a file (`log`)."""
+    """One train_gpu process of a cluster, forked from the test process's one TensorFlow import (conftest.ForkServer:
+    the module's twelve workers each paid their own, about 5 s of CPU, before their first step); its stderr goes to a
+    file (`log`)."""
 
     def __init__(self, server, flags, tf_config, log_path):
         self.log_path = log_path
@@ -102,15 +100,14 @@ def chief_losses(model_dir):
 
 
 @pytest.fixture(scope="module")
-def reference(small_records, tmp_path_factory):  # noqa: F811
+def reference(small_records, tmp_path_factory, train_gpu_server):  # noqa: F811
     """One process, two replicas, the same global batch: the losses of 6 steps straight, which the workers' 3 steps
     and 3 more after resuming must give (a resume repeats a run bit for bit: test_train_faults' two-replica resume;
     TRAIN_FLAGS' constant rate makes a run of 3 steps the first 3 of 6)."""
     out = tmp_path_factory.mktemp("reference")
     flags = [f"--record_info_dir={small_records}", f"--model_dir={out / 'model'}", *TRAIN_FLAGS, "--train_steps=6"]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", REFERENCE, str(out / "losses.json"), *flags], env=env,
-                            capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
+    result = train_gpu_server.run("test_multi_worker", out / "losses.json", *flags, function="write_reference_losses",
+                                  timeout=WORKER_TIMEOUT_S)  # forked from the test process's one TensorFlow import
     assert result.returncode == 0, result.stderr[-5000:]
     return json.loads((out / "losses.json").read_text())
 

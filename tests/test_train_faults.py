@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, SAMPLE_CORPUS, run_module
+from conftest import ROOT, SAMPLE_CORPUS, run_module, two_logical_cpus
 from test_train import TINY_SHAPE, _create, tiny_config
 
 from xlnet_data.common.errors import ConfigError
@@ -100,8 +100,8 @@ def _no_temporary_files(folder):
 # ----- exact resume --------------------------------------------------------------------------------
 
 def _run_check(name, *args, **env):
-    """Runs check_<name>(*args) of this module in a fresh Python (for what must be set before TensorFlow
-    starts: logical devices, environment variables)."""
+    """Runs check_<name>(*args) of this module in a fresh Python (for environment variables TensorFlow reads as it
+    is imported)."""
     script = ("import os, sys; sys.path.insert(0, sys.argv[1]); import test_train_faults; "
               "getattr(test_train_faults, 'check_' + sys.argv[2])(*sys.argv[3:]); print('check OK', flush=True); "
               "os._exit(0)")  # checked: skip the teardown, where freeing the runs' input iterators waits for their threads
@@ -114,8 +114,11 @@ def _run_check(name, *args, **env):
 @pytest.mark.slow
 def test_a_step_repeats_bit_for_bit(small_records, tmp_path):
     """What an exact resume rests on: the same step on the same weights gives the same gradients to the last
-    bit. Without oneDNN's kernels (as here) the thread schedule shows through more often: with the gradients
-    summed by a tape (AddN of 3 terms), 121 of these 500 repeats differed (with oneDNN, 3 of 3,000)."""
+    bit. The mistake it guards: Grappler's arithmetic optimizer left on (sum_in_graph_order), which turns chains
+    of adds into AddNs whose order follows the thread schedule. Three layers, where that shows most: with it on,
+    on the shared 2-core machine, 55 and 93 of these 150 repeats differed (101 of 300, 118 and 158 of 200 in a
+    script); on two layers, as this test had, only 4 of 500, 6 of 300, 10 of 200 (and 3 of 500 the day before),
+    too few to be caught every time. Without oneDNN's kernels (as here) the schedule shows through more often."""
     _run_check("step_repeats", small_records, tmp_path, 150, TF_ENABLE_ONEDNN_OPTS="0")
 
 
@@ -161,8 +164,7 @@ def check_mirrored_resume(records, model_dir):
     """Two replicas (each with its own memories and dropout stream): 2 straight steps, checkpointed at each, and a
     run resumed from the checkpoint of step 1 (a copy of that model_dir, as a run stopped after step 1 left it)
     takes step 2 as they did."""
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    two_logical_cpus()
 
     def run(folder):
         cfg = tiny_config(records, os.path.join(model_dir, folder), train_steps=2, save_steps=1, mem_len=32,
@@ -192,8 +194,10 @@ def _as_stopped_after_the_first_step(model_dir, target):
 
 
 @pytest.mark.slow
-def test_two_replicas_resume_exactly_too(small_records, tmp_path):
-    _run_check("mirrored_resume", small_records, tmp_path)
+def test_two_replicas_resume_exactly_too(small_records, tmp_path, train_gpu_server):
+    # In a fresh TensorFlow (two logical CPUs), forked from the test process's one import.
+    result = train_gpu_server.run("test_train_faults", small_records, tmp_path, function="check_mirrored_resume")
+    assert result.returncode == 0, result.stderr[-5000:]
 
 
 def test_resuming_with_another_seed_is_refused(small_records, tmp_path):
