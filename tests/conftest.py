@@ -187,7 +187,8 @@ def pytest_configure(config):
 # What train_gpu imports before its first step: a `preload` for its runs.
 TRAIN_GPU_PRELOAD = ("tensorflow", "xlnet_data.pretrain.training")
 
-# In a forked child: the command's own run(), as `python -m module argv` would, stdout and stderr to these files.
+# In a forked child: the command's own run(), as `python -m module argv` would (or a test module's `function`), stdout
+# and stderr to these files.
 _RUN_IN_CHILD = r"""
 import importlib, json, os, sys, traceback
 def run_in_child(module_name, argv, out_path, err_path, function=None):
@@ -248,7 +249,8 @@ def run_module_forked(module, argvs, tmp_dir, preload=("tensorflow",), timeout=6
 # A cluster's workers (test_multi_worker) run at once, which run_modules_forked's one-after-the-other driver cannot
 # do: a ForkServer is one process that imported `preload` once and forks a command from it on request (one JSON line
 # on its stdin; it answers the child's pid). Each command is a real process, as a Popen's (signals, a kill, its
-# stderr in a file); the server reaps it and writes its exit status to <status_dir>/<pid>.status.
+# stderr in a file); the server reaps it and writes its exit status to <status_dir>/<request number>.status (not the
+# pid's name, which a later child may reuse).
 
 _FORK_SERVER = _RUN_IN_CHILD + r"""
 import signal
@@ -256,6 +258,8 @@ status_dir, preload = sys.argv[1], json.loads(sys.argv[2])
 sys.path.append(sys.argv[3])  # the tests' folder, for a test module's function
 for name in preload:
     importlib.import_module(name)
+
+numbers = {}  # pid -> request number
 
 def reap(wait_flags):
     while True:
@@ -265,9 +269,10 @@ def reap(wait_flags):
             return
         if pid == 0:
             return
-        with open(os.path.join(status_dir, f"{pid}.tmp"), "w") as fp:
+        path = os.path.join(status_dir, f"{numbers.pop(pid)}.status")
+        with open(path + ".tmp", "w") as fp:
             fp.write(str(os.waitstatus_to_exitcode(wait_status)))
-        os.replace(os.path.join(status_dir, f"{pid}.tmp"), os.path.join(status_dir, f"{pid}.status"))
+        os.replace(path + ".tmp", path)
 
 signal.signal(signal.SIGCHLD, lambda *_: reap(os.WNOHANG))
 for line in sys.stdin:
@@ -275,13 +280,17 @@ for line in sys.stdin:
     if not request["function"]:  # a command: imported here, once (a test module is imported in the child)
         importlib.import_module(request["module"])
     sys.stdout.flush(); sys.stderr.flush()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # reaped only once its number is known
     pid = os.fork()
     if pid == 0:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         run_in_child(request["module"], request["argv"], request["stdout"], request["stderr"], request["function"])
+    numbers[pid] = request["number"]
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
     print(pid, flush=True)
 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 reap(0)  # stdin closed: the children left, then leave
@@ -324,7 +333,7 @@ class ForkServer:
     def __init__(self, status_dir, preload=TRAIN_GPU_PRELOAD):
         self.status_dir = Path(status_dir)
         self.status_dir.mkdir(parents=True)
-        self._runs = 0
+        self._requests = 0
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
         self.server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER, str(self.status_dir), json.dumps(list(preload)),
                                         str(Path(__file__).parent)],
@@ -335,26 +344,35 @@ class ForkServer:
         TensorFlow: logical devices set before its first op), in a forked child."""
         argv = [str(arg) for arg in argv]
         Path(stderr_path).write_text("")  # there before the child opens it: its log can be read from now on
-        self.server.stdin.write(json.dumps({"module": module, "argv": argv, "stdout": str(stdout_path),
+        self._requests += 1
+        self.server.stdin.write(json.dumps({"number": self._requests, "module": module, "argv": argv,
+                                            "stdout": str(stdout_path),
                                             "stderr": str(stderr_path), "env": env or {}, "function": function,
                                             "cwd": str(cwd or os.getcwd())}) + "\n")
         self.server.stdin.flush()
         pid = self.server.stdout.readline()
         assert pid, f"the fork server ended (status {self.server.wait()})"
-        return ForkedProcess(int(pid), self.status_dir / f"{pid.strip()}.status", [sys.executable, "-m", module, *argv])
+        return ForkedProcess(int(pid), self.status_dir / f"{self._requests}.status",
+                             [sys.executable, "-m", module, *argv])
 
     def run(self, module, *args, cwd=None, timeout=600, function=None):
         """Runs a command (or `function`, as start) to its end, as run_module does (a CompletedProcess, text
         output)."""
-        self._runs += 1
-        out, err = (self.status_dir / f"run{self._runs}.{name}" for name in ("out", "err"))
+        out, err = (self.status_dir / f"{self._requests + 1}.{name}" for name in ("out", "err"))
         process = self.start(module, args, err, cwd=cwd, stdout_path=out, function=function)
-        process.wait(timeout)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
         return subprocess.CompletedProcess(process.args, process.returncode, out.read_text(), err.read_text())
 
     def close(self, timeout=60):
         self.server.stdin.close()
-        self.server.wait(timeout=timeout)
+        try:
+            self.server.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:  # a child left running (a failed test's): the server goes, not the session
+            self.server.kill()
 
 
 def two_logical_cpus():
