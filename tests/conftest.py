@@ -353,7 +353,7 @@ class ForkServer:
         pid = self.server.stdout.readline()
         assert pid, f"the fork server ended (status {self.server.wait()})"
         return ForkedProcess(int(pid), self.status_dir / f"{self._requests}.status",
-                             [sys.executable, "-m", module, *argv])
+                             [sys.executable, *(["-c", f"{module}.{function}"] if function else ["-m", module]), *argv])
 
     def run(self, module, *args, cwd=None, timeout=600, function=None):
         """Runs a command (or `function`, as start) to its end, as run_module does (a CompletedProcess, text
