@@ -3,8 +3,10 @@
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -185,8 +187,30 @@ def pytest_configure(config):
 # What train_gpu imports before its first step: a `preload` for its runs.
 TRAIN_GPU_PRELOAD = ("tensorflow", "xlnet_data.pretrain.training")
 
-_FORKED_RUNS = r"""
+# In a forked child: the command's own run(), as `python -m module argv` would (or a test module's `function`), stdout
+# and stderr to these files.
+_RUN_IN_CHILD = r"""
 import importlib, json, os, sys, traceback
+def run_in_child(module_name, argv, out_path, err_path, function=None):
+    for fd, path in ((1, out_path), (2, err_path)):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    sys.argv = [module_name, *argv]
+    try:
+        module = importlib.import_module(module_name)
+        getattr(module, function)(*argv) if function else module.run()
+        status = 0
+    except SystemExit as exit_:
+        if isinstance(exit_.code, str):
+            print(exit_.code, file=sys.stderr)
+        status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(status)
+"""
+
+_FORKED_RUNS = _RUN_IN_CHILD + r"""
 out_dir, runs, preload = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 for name in preload + [module_name for module_name, _ in runs]:
     importlib.import_module(name)
@@ -194,21 +218,7 @@ for i, (module_name, argv) in enumerate(runs):
     sys.stdout.flush(); sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        for fd, name in ((1, "out"), (2, "err")):
-            os.dup2(os.open(os.path.join(out_dir, f"{i}.{name}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-        sys.argv = [module_name, *argv]
-        try:
-            sys.modules[module_name].run()
-            status = 0
-        except SystemExit as exit_:
-            if isinstance(exit_.code, str):
-                print(exit_.code, file=sys.stderr)
-            status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
-        except BaseException:
-            traceback.print_exc()
-            status = 1
-        sys.stdout.flush(); sys.stderr.flush()
-        os._exit(status)
+        run_in_child(module_name, argv, os.path.join(out_dir, f"{i}.out"), os.path.join(out_dir, f"{i}.err"))
     _, wait_status = os.waitpid(pid, 0)
     with open(os.path.join(out_dir, f"{i}.status"), "w") as fp:
         fp.write(str(os.waitstatus_to_exitcode(wait_status)))
@@ -233,3 +243,151 @@ def run_modules_forked(runs, tmp_dir, preload=("tensorflow",), timeout=600):
 def run_module_forked(module, argvs, tmp_dir, preload=("tensorflow",), timeout=600):
     """run_modules_forked of one module's runs, one per argv."""
     return run_modules_forked([(module, argv) for argv in argvs], tmp_dir, preload, timeout)
+
+
+# ----- commands running at the same time, forked from one TensorFlow import ----------------------------------------
+# A cluster's workers (test_multi_worker) run at once, which run_modules_forked's one-after-the-other driver cannot
+# do: a ForkServer is one process that imported `preload` once and forks a command from it on request (one JSON line
+# on its stdin; it answers the child's pid). Each command is a real process, as a Popen's (signals, a kill, its
+# stderr in a file); the server reaps it and writes its exit status to <status_dir>/<request number>.status (not the
+# pid's name, which a later child may reuse).
+
+_FORK_SERVER = _RUN_IN_CHILD + r"""
+import signal
+status_dir, preload = sys.argv[1], json.loads(sys.argv[2])
+sys.path.append(sys.argv[3])  # the tests' folder, for a test module's function
+for name in preload:
+    importlib.import_module(name)
+
+numbers = {}  # pid -> request number
+
+def reap(wait_flags):
+    while True:
+        try:
+            pid, wait_status = os.waitpid(-1, wait_flags)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        path = os.path.join(status_dir, f"{numbers.pop(pid)}.status")
+        with open(path + ".tmp", "w") as fp:
+            fp.write(str(os.waitstatus_to_exitcode(wait_status)))
+        os.replace(path + ".tmp", path)
+
+signal.signal(signal.SIGCHLD, lambda *_: reap(os.WNOHANG))
+for line in sys.stdin:
+    request = json.loads(line)
+    if not request["function"]:  # a command: imported here, once (a test module is imported in the child)
+        importlib.import_module(request["module"])
+    sys.stdout.flush(); sys.stderr.flush()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # reaped only once its number is known
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        run_in_child(request["module"], request["argv"], request["stdout"], request["stderr"], request["function"])
+    numbers[pid] = request["number"]
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+    print(pid, flush=True)
+signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+reap(0)  # stdin closed: the children left, then leave
+"""
+
+
+class ForkedProcess:
+    """A command forked by a ForkServer, with what the tests use of a Popen: pid, poll, wait, send_signal, kill,
+    returncode (a signal's death is its negative number)."""
+
+    def __init__(self, pid, status_path, args):
+        self.pid, self.args, self.returncode = pid, args, None
+        self._status_path = status_path
+
+    def poll(self):
+        if self.returncode is None and self._status_path.exists():
+            self.returncode = int(self._status_path.read_text())
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, signum):
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """Starts commands (`python -m module argv`, stdout and stderr to files) as processes forked from one process that
+    imported `preload` once; close() waits for those left (kill them first)."""
+
+    def __init__(self, status_dir, preload=TRAIN_GPU_PRELOAD):
+        self.status_dir = Path(status_dir)
+        self.status_dir.mkdir(parents=True)
+        self._requests = 0
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+        self.server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER, str(self.status_dir), json.dumps(list(preload)),
+                                        str(Path(__file__).parent)],
+                                       env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def start(self, module, argv, stderr_path, env=None, cwd=None, stdout_path=os.devnull, function=None):
+        """`python -m module argv`, or with `function` module.function(*argv) (a check that must run in a fresh
+        TensorFlow: logical devices set before its first op), in a forked child."""
+        argv = [str(arg) for arg in argv]
+        Path(stderr_path).write_text("")  # there before the child opens it: its log can be read from now on
+        self._requests += 1
+        self.server.stdin.write(json.dumps({"number": self._requests, "module": module, "argv": argv,
+                                            "stdout": str(stdout_path),
+                                            "stderr": str(stderr_path), "env": env or {}, "function": function,
+                                            "cwd": str(cwd or os.getcwd())}) + "\n")
+        self.server.stdin.flush()
+        pid = self.server.stdout.readline()
+        assert pid, f"the fork server ended (status {self.server.wait()})"
+        return ForkedProcess(int(pid), self.status_dir / f"{self._requests}.status",
+                             [sys.executable, *(["-c", f"{module}.{function}"] if function else ["-m", module]), *argv])
+
+    def run(self, module, *args, cwd=None, timeout=600, function=None):
+        """Runs a command (or `function`, as start) to its end, as run_module does (a CompletedProcess, text
+        output)."""
+        out, err = (self.status_dir / f"{self._requests + 1}.{name}" for name in ("out", "err"))
+        process = self.start(module, args, err, cwd=cwd, stdout_path=out, function=function)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        return subprocess.CompletedProcess(process.args, process.returncode, out.read_text(), err.read_text())
+
+    def close(self, timeout=60):
+        self.server.stdin.close()
+        try:
+            self.server.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:  # a child left running (a failed test's): the server goes, not the session
+            self.server.kill()
+
+
+def two_logical_cpus():
+    """Two logical CPU devices, for MirroredStrategy's two replicas: in a fresh TensorFlow only (before its first op),
+    as a check that a ForkServer runs (`function`) is."""
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+@pytest.fixture(scope="session")
+def train_gpu_server(tmp_path_factory):
+    """A ForkServer with train_gpu imported (and TensorFlow, the trainer), one per test process: its train_gpu
+    commands and fresh-TensorFlow checks pay one import (about 5 s of CPU each, before their first check) instead of
+    one each."""
+    server = ForkServer(tmp_path_factory.mktemp("fork_server") / "status", (*TRAIN_GPU_PRELOAD, "xlnet_data.train_gpu"))
+    yield server
+    server.close()

@@ -5,14 +5,11 @@ import dataclasses
 import logging
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, SAMPLE_CORPUS
+from conftest import SAMPLE_CORPUS, two_logical_cpus
 from test_train import tiny_config
 
 from xlnet_data.dataformat import records as R
@@ -119,37 +116,26 @@ def test_each_input_pipeline_makes_only_its_rows_and_gets_the_records_batches(bo
                 np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
 
 
-# One layer: what is checked is which rows each replica reads, not the model.
-TWO_REPLICAS = """
-import os
-import sys
-import numpy as np
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-sys.path.insert(0, sys.argv[1])
-from test_cache_train import config
-from xlnet_data.pretrain import training as T
-losses = []
-for save_dir, model_dir in ((sys.argv[2], sys.argv[4]), (sys.argv[3], sys.argv[5])):
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    cfg = config(save_dir, model_dir, train_steps=6, strategy="mirrored")  # one layer, as config() makes
-    losses.append(T.train(cfg, strategy=strategy).losses)
-assert len(losses[0]) == 6
-np.testing.assert_array_equal(losses[1], losses[0])
-print("two replicas OK", flush=True)
-os._exit(0)  # checked: skip the teardown, where freeing a cache iterator can wait a minute, CPU idle
-"""
+def check_two_replicas(records, cache, records_model_dir, cache_model_dir):
+    """Run in a fresh TensorFlow: 6 steps on two replicas from the records, and from the cache, equal bit for bit.
+    One layer: what is checked is which rows each replica reads, not the model."""
+    two_logical_cpus()
+    losses = []
+    for save_dir, model_dir in ((records, records_model_dir), (cache, cache_model_dir)):
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        cfg = config(save_dir, model_dir, train_steps=6, strategy="mirrored")  # one layer, as config() makes
+        losses.append(T.train(cfg, strategy=strategy).losses)
+    assert len(losses[0]) == 6
+    np.testing.assert_array_equal(losses[1], losses[0])
 
 
 @pytest.mark.slow
-def test_two_replicas_from_the_cache_give_the_records_losses(both, tmp_path):
-    records, cache = both
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", TWO_REPLICAS, str(Path(__file__).parent), records, cache,
-                             str(tmp_path / "r"), str(tmp_path / "c")], env=env, capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0 and "two replicas OK" in result.stdout, result.stderr[-5000:]
+def test_two_replicas_from_the_cache_give_the_records_losses(both, tmp_path, train_gpu_server):
+    # Forked from the test process's one TensorFlow import; its teardown skipped (freeing a cache iterator can wait
+    # a minute, CPU idle).
+    result = train_gpu_server.run("test_cache_train", *both, tmp_path / "r", tmp_path / "c",
+                                  function="check_two_replicas")
+    assert result.returncode == 0, result.stderr[-5000:]
 
 
 def test_cache_unit_positions_index_the_stream(both):
@@ -202,14 +188,12 @@ def damage(save_dir, tmp_path, name):
 
 
 @pytest.fixture(scope="module")
-def command_runs(both, whole, tmp_path_factory):
+def command_runs(both, whole, tmp_path_factory, train_gpu_server):
     """The slow tests' command-line runs: a run on the cache-backed save_dir (the flags that make `whole`'s config)
-    and runs on damaged copies of it, one after the other in one process's forked children
-    (conftest.run_modules_forked: one TensorFlow import for the six): {name: (the damaged file or None,
-    {program: finished process})}."""
+    and runs on damaged copies of it, one after the other, forked from the test process's one TensorFlow import
+    (conftest.ForkServer): {name: (the damaged file or None, {program: finished process})}."""
     import shutil
 
-    from conftest import TRAIN_GPU_PRELOAD, run_modules_forked
     from test_cache_input import rewrite_as_format_1
     from test_train import TINY_SHAPE
     base = tmp_path_factory.mktemp("command_runs")
@@ -236,8 +220,7 @@ def command_runs(both, whole, tmp_path_factory):
             ("damaged", "train"): train(damaged), ("damaged", "dump"): ("xlnet_data.dump", [damaged, "--pass_id=0"]),
             ("old", "train"): train(old), ("negative", "dump"): ("xlnet_data.dump", [negative, "--stats"]),
             ("negative", "train"): train(negative, 2)}
-    results = dict(zip(runs, run_modules_forked(list(runs.values()), base / "runs",
-                                                preload=TRAIN_GPU_PRELOAD)))
+    results = {key: train_gpu_server.run(module, *args) for key, (module, args) in runs.items()}
     files = {"logged": None, "damaged": damaged_file, "old": old_file, "negative": negative_index}
     return {name: (path, {program: result for (case, program), result in results.items() if case == name})
             for name, path in files.items()}

@@ -8,14 +8,12 @@ import logging
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, SAMPLE_CORPUS, TRAIN_GPU_PRELOAD, run_module, run_module_forked
+from conftest import SAMPLE_CORPUS, run_module, two_logical_cpus
 from test_train import TINY_SHAPE, tiny_config
 
 from xlnet_data.datagen.config import CreateConfig
@@ -89,21 +87,10 @@ def test_evaluating_a_checkpoint_on_the_training_records_gives_the_training_step
     assert abs(got.loss - third) < 1e-6 and 0 < got.tokens <= 8 * 10, (got, third)
 
 
-REPLICA_CHECK = """
-import sys
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-sys.path.insert(0, sys.argv[1])
-from test_evaluation import check_replicas_and_cache
-check_replicas_and_cache(*sys.argv[2:])
-print("evaluation OK")
-"""
-
-
 def check_replicas_and_cache(records, cache, model_dir):
     """Run in a process with two logical CPUs: weights away from the initial ones evaluated on 3 dev batches
     (memories carried across them), twice, on 1 and 2 replicas, from the records and from the cache."""
+    two_logical_cpus()
     noise = np.random.default_rng(0)
     weights = {name: var.numpy() + noise.normal(0, 0.05, var.shape).astype(np.float32)
                for name, var in Trainer(one_layer(records, model_dir), tf.distribute.OneDeviceStrategy("/cpu:0"))
@@ -131,11 +118,12 @@ def check_replicas_and_cache(records, cache, model_dir):
 
 
 @pytest.mark.slow
-def test_the_held_out_numbers_repeat_and_do_not_depend_on_replicas_or_the_cache(split_dirs, tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", REPLICA_CHECK, str(Path(__file__).parent), *split_dirs,
-                             str(tmp_path / "model")], env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0 and "evaluation OK" in result.stdout, result.stderr[-5000:]
+def test_the_held_out_numbers_repeat_and_do_not_depend_on_replicas_or_the_cache(split_dirs, tmp_path,
+                                                                                train_gpu_server):
+    # In a fresh TensorFlow (two logical CPUs), forked from the test process's one import.
+    result = train_gpu_server.run("test_evaluation", *split_dirs, tmp_path / "model",
+                                  function="check_replicas_and_cache")
+    assert result.returncode == 0, result.stderr[-5000:]
 
 
 HELD_OUT_LINE = re.compile(r"step (\d+) \| held-out loss ([\d.]+) \| pplx ([\d.]+) \| bpt ([\d.]+) \| acc ([\d.]+)% "
@@ -175,18 +163,18 @@ def test_a_run_keeps_its_best_checkpoint_across_a_resume_and_draws_its_curves(sp
 
 
 @pytest.mark.slow
-def test_train_gpu_evaluates_each_sources_dev_split_by_default_and_says_the_best(split_dirs, tmp_path):
+def test_train_gpu_evaluates_each_sources_dev_split_by_default_and_says_the_best(split_dirs, tmp_path,
+                                                                                 train_gpu_server):
     """Mixed: each source's own dev split (found beside its train split) and the mixture, weighted as training
     draws the sources; the summary line ends with the best."""
     model_dir = tmp_path / "model"
     train_only = tmp_path / "train_only"
     shutil.copytree(split_dirs[0], train_only, ignore=shutil.ignore_patterns("*dev-*"))
-    # Two processes' runs, one TensorFlow import (conftest.run_module_forked).
-    result, off = run_module_forked("xlnet_data.train_gpu", [
+    # Two processes' runs, forked from the test process's one TensorFlow import (conftest.ForkServer).
+    result, off = (train_gpu_server.run("xlnet_data.train_gpu", *args) for args in (
         [f"--record_info_dir={','.join(split_dirs)}", f"--model_dir={model_dir}", "--mix_sampling_factor=0.5",
          *TINY_SHAPE, "--n_layer=1", "--mem_len=32", "--train_steps=4", "--iterations=2", "--eval_batches=1"],
-        [f"--record_info_dir={train_only}", f"--model_dir={tmp_path / 'x'}", "--eval_every=5"]], tmp_path / "runs",
-        preload=TRAIN_GPU_PRELOAD)
+        [f"--record_info_dir={train_only}", f"--model_dir={tmp_path / 'x'}", "--eval_every=5"]))
     assert result.returncode == 0, result.stderr
     logged = HELD_OUT_LINE.findall(result.stderr)
     assert [int(line[0]) for line in logged] == [2, 4]  # every --iterations steps

@@ -11,13 +11,12 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT
+from conftest import two_logical_cpus
 from test_train import TINY_SHAPE, small_records  # noqa: F401 (small_records is a fixture)
 
 WORKER_TIMEOUT_S = 600  # a bound for a hang, not a speed check: a loaded 2-core machine is slow
@@ -27,22 +26,20 @@ WORKER_TIMEOUT_S = 600  # a bound for a hang, not a speed check: a loaded 2-core
 TRAIN_FLAGS = [*TINY_SHAPE, "--n_layer=1", "--mem_len=0", "--learning_rate=1e-3", "--warmup_steps=2", "--min_lr_ratio=1",
                "--iterations=1", "--save_steps=3"]
 
-REFERENCE = """
-import json, os, sys
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from absl import flags
-from xlnet_data import train_gpu
-from xlnet_data.pretrain import training
-train_gpu.define_flags()
-flags.FLAGS(["train_gpu", *sys.argv[2:]])
-config = train_gpu.config_from_flags()
-losses = training.train(config, strategy=tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])).losses
-with open(sys.argv[1], "w") as f:
-    json.dump(losses, f)
-os._exit(0)  # written: skip the teardown, where freeing the runs' input iterators waits for their threads
-"""
+def write_reference_losses(losses_path, *flags):
+    """Run in a fresh TensorFlow (two logical CPUs): train_gpu's config of `flags` trained on two replicas in one
+    process, its losses written to losses_path."""
+    from absl import flags as absl_flags
+
+    from xlnet_data import train_gpu
+    from xlnet_data.pretrain import training
+    two_logical_cpus()
+    train_gpu.define_flags()
+    absl_flags.FLAGS(["train_gpu", *flags])
+    losses = training.train(train_gpu.config_from_flags(),
+                            strategy=tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])).losses
+    with open(losses_path, "w") as f:
+        json.dump(losses, f)
 
 
 def free_loopback_ports(count):
@@ -56,25 +53,25 @@ def free_loopback_ports(count):
 
 
 class Worker:
-    """One train_gpu process of a cluster; its stderr goes to a file (read at any time by `log`)."""
+    """One train_gpu process of a cluster, forked from the test process's one TensorFlow import (conftest.ForkServer:
+    the module's twelve workers each paid their own, about 5 s of CPU, before their first step); its stderr goes to a
+    file (`log`)."""
 
-    def __init__(self, flags, tf_config, log_path):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), TF_CONFIG=json.dumps(tf_config))
+    def __init__(self, server, flags, tf_config, log_path):
         self.log_path = log_path
-        with open(log_path, "w") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "xlnet_data.train_gpu", "--strategy=multi_worker",
-                                             *flags], env=env, stdout=subprocess.DEVNULL, stderr=log)
+        self.process = server.start("xlnet_data.train_gpu", ["--strategy=multi_worker", *flags], log_path,
+                                    env={"TF_CONFIG": json.dumps(tf_config)})
 
     def log(self):
         return self.log_path.read_text()
 
 
-def start_workers(flags, log_dir, count=2, extra_flags=None):
+def start_workers(server, flags, log_dir, count=2, extra_flags=None):
     """`count` train_gpu processes forming one cluster on loopback ports (worker 0 is the chief); worker i also
     gets extra_flags[i]."""
     log_dir.mkdir(exist_ok=True)
     workers = [f"127.0.0.1:{port}" for port in free_loopback_ports(count)]
-    return [Worker([*flags, *(extra_flags or {}).get(index, [])],
+    return [Worker(server, [*flags, *(extra_flags or {}).get(index, [])],
                    {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}},
                    log_dir / f"worker{index}.log") for index in range(count)]
 
@@ -103,26 +100,25 @@ def chief_losses(model_dir):
 
 
 @pytest.fixture(scope="module")
-def reference(small_records, tmp_path_factory):  # noqa: F811
+def reference(small_records, tmp_path_factory, train_gpu_server):  # noqa: F811
     """One process, two replicas, the same global batch: the losses of 6 steps straight, which the workers' 3 steps
     and 3 more after resuming must give (a resume repeats a run bit for bit: test_train_faults' two-replica resume;
     TRAIN_FLAGS' constant rate makes a run of 3 steps the first 3 of 6)."""
     out = tmp_path_factory.mktemp("reference")
     flags = [f"--record_info_dir={small_records}", f"--model_dir={out / 'model'}", *TRAIN_FLAGS, "--train_steps=6"]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", REFERENCE, str(out / "losses.json"), *flags], env=env,
-                            capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
+    result = train_gpu_server.run("test_multi_worker", out / "losses.json", *flags, function="write_reference_losses",
+                                  timeout=WORKER_TIMEOUT_S)  # forked from the test process's one TensorFlow import
     assert result.returncode == 0, result.stderr[-5000:]
     return json.loads((out / "losses.json").read_text())
 
 
 @pytest.mark.slow
-def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_records, reference, tmp_path):  # noqa: F811
+def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_records, reference, train_gpu_server, tmp_path):  # noqa: F811
     model_dir = tmp_path / "model"
     flags = [f"--record_info_dir={small_records}", f"--model_dir={model_dir}", *TRAIN_FLAGS]
-    first = finish(start_workers([*flags, "--train_steps=3"], tmp_path / "first"))
+    first = finish(start_workers(train_gpu_server, [*flags, "--train_steps=3"], tmp_path / "first"))
     assert [code for code, _ in first] == [0, 0], first[0][1][-3000:] + first[1][1][-3000:]
-    second = finish(start_workers([*flags, "--train_steps=6"], tmp_path / "second"))
+    second = finish(start_workers(train_gpu_server, [*flags, "--train_steps=6"], tmp_path / "second"))
     assert [code for code, _ in second] == [0, 0], second[0][1][-3000:] + second[1][1][-3000:]
 
     np.testing.assert_allclose(chief_losses(model_dir), reference, rtol=0, atol=1e-5)
@@ -139,7 +135,7 @@ def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_recor
     assert len([name for name in names if name.startswith("events.out.tfevents.")]) == 2
 
     # A worker whose model_dir is not the chief's (no shared filesystem) would start from step 0: refused.
-    split = start_workers([*flags, "--train_steps=9"], tmp_path / "split",
+    split = start_workers(train_gpu_server, [*flags, "--train_steps=9"], tmp_path / "split",
                           extra_flags={1: [f"--model_dir={tmp_path / 'not_shared'}"]})  # the last --model_dir counts
     for code, stderr in finish(split):
         assert code == 2 and stderr.strip().splitlines()[-1].startswith(
@@ -148,12 +144,12 @@ def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_recor
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lost, how", [(1, signal.SIGKILL), (0, signal.SIGKILL), (1, signal.SIGSTOP)])
-def test_a_worker_that_dies_ends_the_others_with_one_line(small_records, tmp_path, lost, how):  # noqa: F811
+def test_a_worker_that_dies_ends_the_others_with_one_line(small_records, train_gpu_server, tmp_path, lost, how):  # noqa: F811
     """Worker `lost` (1: a worker, 0: the chief) is killed, or stopped (it holds its connections open but stops
     answering: only the heartbeats tell), once training runs; the other must stop by itself."""
     flags = [f"--record_info_dir={small_records}", f"--model_dir={tmp_path / 'model'}", *TRAIN_FLAGS,
              "--train_steps=100000"]
-    workers = start_workers(flags, tmp_path / "logs")
+    workers = start_workers(train_gpu_server, flags, tmp_path / "logs")
     survivor = workers[1 - lost]
     try:
         deadline = time.monotonic() + WORKER_TIMEOUT_S
