@@ -1,10 +1,15 @@
 """Shared test helpers: where ../shared is, running the CLIs, reading a save_dir back."""
 
+import atexit
 import glob
 import json
 import os
+import select
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -177,54 +182,85 @@ def pytest_configure(config):
 
 # ----- several runs of a command, one interpreter start-up ---------------------------------------------------------
 # Each `python -m xlnet_data.train_gpu` or `export_hf` pays TensorFlow's import (4.5 s quiet, 7-10 s loaded) before
-# its first check; a test of several one-line refusals paid it once per refusal. Here one process imports the command
-# and `preload` once, then runs each argv in a child forked from it: the child runs the command's own `run()` (flag
-# parsing, cli.run's one-line errors, the exit status) with its own stdout and stderr, as `python -m` would.
-# Fork is safe here because the parent runs no TensorFlow op (its thread pools start at the first one, in the child).
+# its first check; a test of several one-line refusals paid it once per refusal. Here one process per test process
+# (a fork server, started at the first call, kept until the test process ends) imports the commands and `preload`
+# once, then runs each argv in a child forked from it: the child runs the command's own `run()` (flag parsing,
+# cli.run's one-line errors, the exit status) with its own stdout and stderr, environment and working directory, as
+# `python -m` would. Fork is safe here because the server runs no TensorFlow op (its thread pools start at the first
+# one, in the child).
 
 # What train_gpu imports before its first step: a `preload` for its runs.
 TRAIN_GPU_PRELOAD = ("tensorflow", "xlnet_data.pretrain.training")
 
-_FORKED_RUNS = r"""
+_FORK_SERVER = r"""
 import importlib, json, os, sys, traceback
-out_dir, runs, preload = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
-for name in preload + [module_name for module_name, _ in runs]:
-    importlib.import_module(name)
-for i, (module_name, argv) in enumerate(runs):
-    sys.stdout.flush(); sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        for fd, name in ((1, "out"), (2, "err")):
-            os.dup2(os.open(os.path.join(out_dir, f"{i}.{name}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-        sys.argv = [module_name, *argv]
-        try:
-            sys.modules[module_name].run()
-            status = 0
-        except SystemExit as exit_:
-            if isinstance(exit_.code, str):
-                print(exit_.code, file=sys.stderr)
-            status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
-        except BaseException:
-            traceback.print_exc()
-            status = 1
+for request in sys.stdin:
+    out_dir, runs, preload, environ, cwd = json.loads(request)
+    for name in preload + [module_name for module_name, _ in runs]:
+        importlib.import_module(name)
+    for i, (module_name, argv) in enumerate(runs):
         sys.stdout.flush(); sys.stderr.flush()
-        os._exit(status)
-    _, wait_status = os.waitpid(pid, 0)
-    with open(os.path.join(out_dir, f"{i}.status"), "w") as fp:
-        fp.write(str(os.waitstatus_to_exitcode(wait_status)))
+        pid = os.fork()
+        if pid == 0:
+            for fd, name in ((1, "out"), (2, "err")):
+                os.dup2(os.open(os.path.join(out_dir, f"{i}.{name}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+            os.environ.clear(); os.environ.update(environ); os.chdir(cwd)
+            sys.argv = [module_name, *argv]
+            try:
+                sys.modules[module_name].run()
+                status = 0
+            except SystemExit as exit_:
+                if isinstance(exit_.code, str):
+                    print(exit_.code, file=sys.stderr)
+                status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+            except BaseException:
+                traceback.print_exc()
+                status = 1
+            sys.stdout.flush(); sys.stderr.flush()
+            os._exit(status)
+        _, wait_status = os.waitpid(pid, 0)
+        with open(os.path.join(out_dir, f"{i}.status"), "w") as fp:
+            fp.write(str(os.waitstatus_to_exitcode(wait_status)))
+    print("done", flush=True)
 """
+_fork_server = None  # (the server's Popen, its stderr file) in this test process
+
+
+def _stop_fork_server():
+    global _fork_server
+    if _fork_server:
+        server, stderr = _fork_server
+        _fork_server = None
+        os.killpg(server.pid, signal.SIGKILL)  # with a child it may be waiting for
+        server.wait()
+        stderr.close()
 
 
 def run_modules_forked(runs, tmp_dir, preload=("tensorflow",), timeout=600):
     """Runs `python -m module args` for each (module, args) of `runs`, one after the other, in children forked from
-    one process that imported the modules and `preload` once; returns a CompletedProcess (text output) per run."""
+    this test process's fork server, which imported the modules and `preload` once; returns a CompletedProcess (text
+    output) per run."""
+    global _fork_server
     out_dir = Path(tmp_dir) / "forked_runs"
     out_dir.mkdir(parents=True)
     runs = [(module, [str(arg) for arg in args]) for module, args in runs]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    driver = subprocess.run([sys.executable, "-c", _FORKED_RUNS, str(out_dir), json.dumps(runs), json.dumps(list(preload))],
-                            env=env, capture_output=True, text=True, timeout=timeout)
-    assert driver.returncode == 0, driver.stderr[-3000:]
+    if _fork_server is None:
+        stderr = tempfile.TemporaryFile("w+")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+        server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER], env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True)
+        _fork_server = server, stderr
+        atexit.register(_stop_fork_server)
+    server, stderr = _fork_server
+    environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    server.stdin.write(json.dumps([str(out_dir), runs, list(preload), environ, os.getcwd()]) + "\n")
+    server.stdin.flush()
+    done = select.select([server.stdout], [], [], timeout)[0] and server.stdout.readline() == "done\n"
+    if not done:
+        stderr.seek(0)
+        message = stderr.read()[-3000:]
+        _stop_fork_server()
+        raise AssertionError(f"the fork server stopped or ran over {timeout} s: {message}")
     return [subprocess.CompletedProcess([sys.executable, "-m", module, *args], int((out_dir / f"{i}.status").read_text()),
                                         (out_dir / f"{i}.out").read_text(), (out_dir / f"{i}.err").read_text())
             for i, (module, args) in enumerate(runs)]
@@ -233,3 +269,13 @@ def run_modules_forked(runs, tmp_dir, preload=("tensorflow",), timeout=600):
 def run_module_forked(module, argvs, tmp_dir, preload=("tensorflow",), timeout=600):
     """run_modules_forked of one module's runs, one per argv."""
     return run_modules_forked([(module, argv) for argv in argvs], tmp_dir, preload, timeout)
+
+
+def run_forked(module, *args, preload=TRAIN_GPU_PRELOAD):
+    """run_module's `python -m module args`, run as a child of the fork server: for a command that imports
+    TensorFlow (train_gpu, export_hf) before what the test checks."""
+    tmp_dir = tempfile.mkdtemp(prefix="forked_run_")
+    try:
+        return run_modules_forked([(module, args)], tmp_dir, preload)[0]
+    finally:
+        shutil.rmtree(tmp_dir)

@@ -15,7 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, SAMPLE_CORPUS, SHARED, TRAIN_GPU_PRELOAD, needs_shared, run_module, run_modules_forked
+from conftest import (
+    ROOT,
+    SAMPLE_CORPUS,
+    SHARED,
+    TRAIN_GPU_PRELOAD,
+    needs_shared,
+    run_forked,
+    run_module,
+    run_modules_forked,
+)
 
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.pretrain import config as C
@@ -412,7 +421,7 @@ def _one_error_line(result):
     (["--summary_type=max"], ["summary_type", "last"]),
 ])
 def test_cli_flag_errors_are_one_line(records, tmp_path, flags, fragments):
-    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={tmp_path}", *flags)
+    result = run_forked("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={tmp_path}", *flags)
     line = _one_error_line(result)
     assert line.startswith("train: error:")
     for fragment in fragments:
@@ -422,7 +431,7 @@ def test_cli_flag_errors_are_one_line(records, tmp_path, flags, fragments):
 def test_cli_without_corpus_info_needs_the_data_flags(records, tmp_path):
     (tmp_path / "bare").mkdir()
     os.symlink(os.path.join(records, "tfrecords"), tmp_path / "bare" / "tfrecords")
-    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={tmp_path / 'bare'}",
+    result = run_forked("xlnet_data.train_gpu", f"--record_info_dir={tmp_path / 'bare'}",
                         f"--model_dir={tmp_path / 'model'}")
     assert _one_error_line(result) == ("train: error: --train_batch_size, --seq_len, --reuse_len needed: no "
                                        f"corpus_info.json next to {tmp_path / 'bare' / 'tfrecords'} to read them from")
@@ -432,7 +441,7 @@ def test_cli_xlnet_config_that_contradicts_the_records_is_one_line(records, tmp_
     tiny = C.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu", untie_r=True,
                          n_token=32000)
     tiny.to_json(str(tmp_path / "xlnet_config.json"))
-    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={tmp_path / 'm'}",
+    result = run_forked("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={tmp_path / 'm'}",
                         f"--xlnet_config={tmp_path / 'xlnet_config.json'}")
     assert "the records' vocab_size" in _one_error_line(result)
 
@@ -440,7 +449,7 @@ def test_cli_xlnet_config_that_contradicts_the_records_is_one_line(records, tmp_
 # ----- the plan: --device_memory, --dry_run (costs.py: test_costs.py) -----------------------------
 
 def _plan_cli(records, model_dir, *flags):
-    return run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}", *TINY_SHAPE,
+    return run_forked("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}", *TINY_SHAPE,
                       "--mem_len=32", *flags)
 
 
@@ -593,9 +602,17 @@ def test_one_cpu_device_reads_the_batches_the_distributed_iterator_gives(small_r
 # ----- the benchmark ------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_benchmark_runs_small_on_cpu():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), "gpu", "--small", "--steps=3",
-                             "--strategy=one_device"], env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert re.search(r"median step [\d.]+ ms, [\d,]+ tokens/s", result.stdout), result.stdout
+def test_benchmark_runs_small_on_cpu(monkeypatch, capsys):
+    """benchmarks/bench_train.py's gpu mode on the tiny shape, its main() in this process: what can break is the
+    script against the library (its flags, the Trainer and costs it calls), not a process (a subprocess paid
+    TensorFlow's start-up again)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_train
+    monkeypatch.setattr(sys, "argv", ["bench_train.py", "gpu", "--small", "--steps=3", "--strategy=one_device"])
+    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+    try:
+        bench_train.main()
+    finally:  # the script sets TF32 for the whole process
+        tf.config.experimental.enable_tensor_float_32_execution(tf32)
+    out = capsys.readouterr().out
+    assert re.search(r"median step [\d.]+ ms, [\d,]+ tokens/s", out), out
