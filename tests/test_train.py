@@ -148,14 +148,15 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 sys.path.insert(0, sys.argv[1])
 from test_train import check_mirrored_equals_single_device
-check_mirrored_equals_single_device(sys.argv[2], sys.argv[3])
+run = check_mirrored_equals_single_device(sys.argv[2], sys.argv[3])
 print("mirrored OK", flush=True)
-os._exit(0)  # checked: skip TensorFlow's teardown
+os._exit(0)  # checked: skip TensorFlow's teardown (freeing the run's iterators waits with the CPU idle)
 """
 
 
 def check_mirrored_equals_single_device(records, model_dir, steps=3):
-    """Run in a process with two logical CPUs: two replicas == each replica's rows on one device, averaged."""
+    """Run in a process with two logical CPUs: two replicas == each replica's rows on one device, averaged. Returns
+    the run, for the caller to keep until it leaves with os._exit."""
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     # Learning rate 0: the weights stay, so later steps compare too (with their memories).
     cfg = tiny_config(records, model_dir, learning_rate=0.0, train_steps=steps, iterations=1, strategy="mirrored")
@@ -195,6 +196,7 @@ def check_mirrored_equals_single_device(records, model_dir, steps=3):
             for name, got, *per_replica in zip(single.weights, mirrored_grads, *grads):
                 np.testing.assert_allclose(got.numpy(), np.mean(per_replica, axis=0), rtol=0, atol=1e-5,
                                            err_msg=name)
+    return result
 
 
 @pytest.mark.slow
@@ -309,28 +311,43 @@ def _golden_train_config(case, model_dir, **changes):
     return cfg, np.load(golden / "features.npz"), np.load(golden / "expected.npz")
 
 
-@needs_shared
-@pytest.mark.parametrize("case", sorted(GOLDEN_INPUTS))
-@pytest.mark.slow
-def test_training_from_the_golden_tf1_checkpoint_starts_at_the_golden_loss(case, tmp_path):
-    cfg, features, expected = _golden_train_config(case, tmp_path, learning_rate=0.0, train_steps=2)
-    result = T.train(cfg, permutation=ip.fixed_permutation(features["perm_rows_0"], features["perm_rows_1"]))
-    # Learning rate 0 keeps the golden weights, so the second step (with the first's memories) matches too.
-    np.testing.assert_allclose(result.losses, [expected["total_loss_0"], expected["total_loss_1"]], rtol=1e-5)
+@pytest.fixture(scope="module")
+def golden_runs(tmp_path_factory):
+    """golden_runs(case, jit_compile) -> (the losses, whether XLA compiled the step, the golden arrays) of a run of 3
+    steps from a model golden's TF1 checkpoint at learning rate 1e-3 after a warm-up of one step, made once for the
+    tests that read it. The warm-up's rate at step 0 is 0, so the second step is taken with the golden weights and
+    the first step's memories (the golden's second step), and the third after an update (Adam's, clipped)."""
+    runs = {}
+
+    def run(case, jit_compile):
+        if (case, jit_compile) not in runs:
+            model_dir = tmp_path_factory.mktemp(f"{case}_{jit_compile}")
+            cfg, features, expected = _golden_train_config(case, model_dir, learning_rate=1e-3, warmup_steps=1,
+                                                           train_steps=3, jit_compile=jit_compile)
+            result = T.train(cfg, permutation=ip.fixed_permutation(features["perm_rows_0"], features["perm_rows_1"]))
+            runs[case, jit_compile] = result.losses, result.trainer.uses_xla, expected
+        return runs[case, jit_compile]
+    return run
 
 
 @needs_shared
 @pytest.mark.parametrize("case", sorted(GOLDEN_INPUTS))
 @pytest.mark.slow
-def test_the_xla_compiled_step_gives_the_plain_steps_losses(case, tmp_path):
-    losses = {}
+def test_training_from_the_golden_tf1_checkpoint_starts_at_the_golden_loss(case, golden_runs):
+    losses, _, expected = golden_runs(case, "off")
+    # A rate of 0 at step 0 keeps the golden weights, so the second step (with the first's memories) matches too.
+    np.testing.assert_allclose(losses[:2], [expected["total_loss_0"], expected["total_loss_1"]], rtol=1e-5)
+
+
+@needs_shared
+@pytest.mark.parametrize("case", sorted(GOLDEN_INPUTS))
+@pytest.mark.slow
+def test_the_xla_compiled_step_gives_the_plain_steps_losses(case, golden_runs):
+    losses, uses_xla = {}, {}
     for jit_compile in ("off", "on"):
-        cfg, features, expected = _golden_train_config(case, tmp_path / jit_compile, learning_rate=1e-3,
-                                                       train_steps=3, jit_compile=jit_compile)
-        result = T.train(cfg, permutation=ip.fixed_permutation(features["perm_rows_0"], features["perm_rows_1"]))
-        assert result.trainer.uses_xla == (jit_compile == "on")
-        losses[jit_compile] = result.losses
-    # Three updates (the second and third steps see the first's gradients, clipping and Adam), same losses.
+        losses[jit_compile], uses_xla[jit_compile], expected = golden_runs(case, jit_compile)
+    assert uses_xla == {"off": False, "on": True}
+    # Three steps (the second and third see the first's gradients in Adam's moments, the third an update), same losses.
     np.testing.assert_allclose(losses["on"], losses["off"], rtol=1e-5, atol=0)
     np.testing.assert_allclose(losses["on"][0], expected["total_loss_0"], rtol=1e-5)
     assert losses["on"][2] < losses["on"][0]
