@@ -246,7 +246,8 @@ def run_modules_forked(runs, tmp_dir, preload=("tensorflow",), timeout=600):
     runs = [(module, [str(arg) for arg in args]) for module, args in runs]
     if _fork_server is None:
         stderr = tempfile.TemporaryFile("w+")
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+        # tests/ on the path too: tests/two_cpus.py is a command of the server's
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
         server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER], env=env, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True)
         _fork_server = server, stderr

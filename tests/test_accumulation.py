@@ -10,15 +10,12 @@ checkpoint."""
 
 import dataclasses
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, SAMPLE_CORPUS
+from conftest import SAMPLE_CORPUS, TRAIN_GPU_PRELOAD, run_modules_forked
 from test_modeling import TINY, _synthetic_features
 from test_train import tiny_config
 
@@ -58,32 +55,17 @@ def config(save_dir, model_dir, steps=1, recompute=False, **changes):
                                gradient_accumulation_steps=steps, recompute=recompute)
 
 
-TWO_REPLICAS = """
-import os
-import sys
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-sys.path.insert(0, sys.argv[1])
-import test_accumulation
-runs = test_accumulation.check_micro_batches_take_the_one_pass_steps(*sys.argv[2:])
-print("check OK", flush=True)
-os._exit(0)  # checked: skip the teardown, where freeing the runs' cache iterators waited 10-80 s, CPU idle
-"""
-
-
 @pytest.mark.slow
 def test_micro_batches_and_recomputation_take_the_one_pass_steps(cache, tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", TWO_REPLICAS, str(Path(__file__).parent), cache, str(tmp_path)],
-                            env=env, capture_output=True, text=True, timeout=600)
+    [result] = run_modules_forked([("two_cpus", [Path(__file__).stem, "check_micro_batches_take_the_one_pass_steps",
+                                                 cache, tmp_path / "runs"])], tmp_path, preload=TRAIN_GPU_PRELOAD)
     assert result.returncode == 0 and "check OK" in result.stdout, result.stderr[-5000:]
 
 
 def check_micro_batches_take_the_one_pass_steps(save_dir, model_dir):
     """In a process with two logical CPUs. Three runs of 8 steps (each run costs more to build than its steps): K = 1;
     K = 2, killed 2 steps after its checkpoint at step 4; that run resumed with K = 4 and recomputation. Returns the
-    runs, for the caller to keep until it leaves with os._exit: freeing them on return here (their token-cache
+    runs, for tests/two_cpus.py to keep until it leaves with os._exit: freeing them on return here (their token-cache
     iterators) waited 12 s and more with the CPU idle."""
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     reference = T.train(config(save_dir, f"{model_dir}/one_pass", train_steps=8, strategy="mirrored"),

@@ -8,7 +8,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -139,24 +138,9 @@ def test_cli_trains_a_tiny_model_and_the_loss_falls(cli_runs):
 
 # ----- several devices ----------------------------------------------------------------------------
 
-MIRRORED_CHECK = """
-import os
-import sys
-import numpy as np
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-sys.path.insert(0, sys.argv[1])
-from test_train import check_mirrored_equals_single_device
-run = check_mirrored_equals_single_device(sys.argv[2], sys.argv[3])
-print("mirrored OK", flush=True)
-os._exit(0)  # checked: skip TensorFlow's teardown (freeing the run's iterators waits with the CPU idle)
-"""
-
-
 def check_mirrored_equals_single_device(records, model_dir, steps=3):
-    """Run in a process with two logical CPUs: two replicas == each replica's rows on one device, averaged. Returns
-    the run, for the caller to keep until it leaves with os._exit."""
+    """Run in a process with two logical CPUs (tests/two_cpus.py): two replicas == each replica's rows on one device,
+    averaged. Returns the run, for two_cpus to keep until it leaves with os._exit."""
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     # Learning rate 0: the weights stay, so later steps compare too (with their memories).
     cfg = tiny_config(records, model_dir, learning_rate=0.0, train_steps=steps, iterations=1, strategy="mirrored")
@@ -201,10 +185,9 @@ def check_mirrored_equals_single_device(records, model_dir, steps=3):
 
 @pytest.mark.slow
 def test_two_replicas_equal_each_replicas_share_on_one_device_averaged(records, tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", MIRRORED_CHECK, str(Path(__file__).parent), records,
-                             str(tmp_path / "model")], env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0 and "mirrored OK" in result.stdout, result.stderr[-5000:]
+    [result] = run_modules_forked([("two_cpus", [Path(__file__).stem, "check_mirrored_equals_single_device", records,
+                                                 tmp_path / "model"])], tmp_path, preload=TRAIN_GPU_PRELOAD)
+    assert result.returncode == 0 and "check OK" in result.stdout, result.stderr[-5000:]
 
 
 @pytest.mark.parametrize("num_core, replicas, bi_data, want", [
