@@ -1,11 +1,14 @@
 """Shared test helpers: where ../shared is, running the CLIs, reading a save_dir back."""
 
+import atexit
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -177,18 +180,23 @@ def pytest_configure(config):
                 f"numba warm-up (tests/numba_warmup.py, NUMBA_CACHE_DIR={base}) failed: {stderr[-2000:]}"), 2)
 
 
-# ----- several runs of a command, one interpreter start-up ---------------------------------------------------------
+# ----- commands forked from one TensorFlow import ------------------------------------------------------------------
 # Each `python -m xlnet_data.train_gpu` or `export_hf` pays TensorFlow's import (4.5 s quiet, 7-10 s loaded) before
-# its first check; a test of several one-line refusals paid it once per refusal. Here one process imports the command
-# and `preload` once, then runs each argv in a child forked from it: the child runs the command's own `run()` (flag
-# parsing, cli.run's one-line errors, the exit status) with its own stdout and stderr, as `python -m` would.
-# Fork is safe here because the parent runs no TensorFlow op (its thread pools start at the first one, in the child).
+# its first check; a test of several one-line refusals paid it once per refusal. Here one process per test process, a
+# ForkServer, imports TensorFlow and the trainer once and forks each command from it on request (one JSON line on its
+# stdin; it answers the child's pid). The child runs the command's own `run()` (flag parsing, cli.run's one-line
+# errors, the exit status) with its own stdout and stderr files, environment and working directory, as `python -m`
+# would; it is a real process, as a Popen's (signals, a kill), and several can run at once (a cluster's workers). The
+# server reaps each and writes its exit status to <status_dir>/<request number>.status (not the pid's name, which a
+# later child may reuse). Fork is safe because the server runs no TensorFlow op (its thread pools start at the first
+# one, in the child).
 
-# What train_gpu imports before its first step: a `preload` for its runs.
+# What train_gpu imports before its first step.
 TRAIN_GPU_PRELOAD = ("tensorflow", "xlnet_data.pretrain.training")
 
 # In a forked child: the command's own run(), as `python -m module argv` would (or a test module's `function`), stdout
-# and stderr to these files.
+# and stderr to these files. What the function returns is kept until os._exit: freeing a run's input iterators (its
+# token-cache reader threads) waited seconds with the CPU idle.
 _RUN_IN_CHILD = r"""
 import importlib, json, os, sys, traceback
 def run_in_child(module_name, argv, out_path, err_path, function=None):
@@ -197,7 +205,7 @@ def run_in_child(module_name, argv, out_path, err_path, function=None):
     sys.argv = [module_name, *argv]
     try:
         module = importlib.import_module(module_name)
-        getattr(module, function)(*argv) if function else module.run()
+        kept = getattr(module, function)(*argv) if function else module.run()
         status = 0
     except SystemExit as exit_:
         if isinstance(exit_.code, str):
@@ -209,48 +217,6 @@ def run_in_child(module_name, argv, out_path, err_path, function=None):
     sys.stdout.flush(); sys.stderr.flush()
     os._exit(status)
 """
-
-_FORKED_RUNS = _RUN_IN_CHILD + r"""
-out_dir, runs, preload = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
-for name in preload + [module_name for module_name, _ in runs]:
-    importlib.import_module(name)
-for i, (module_name, argv) in enumerate(runs):
-    sys.stdout.flush(); sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        run_in_child(module_name, argv, os.path.join(out_dir, f"{i}.out"), os.path.join(out_dir, f"{i}.err"))
-    _, wait_status = os.waitpid(pid, 0)
-    with open(os.path.join(out_dir, f"{i}.status"), "w") as fp:
-        fp.write(str(os.waitstatus_to_exitcode(wait_status)))
-"""
-
-
-def run_modules_forked(runs, tmp_dir, preload=("tensorflow",), timeout=600):
-    """Runs `python -m module args` for each (module, args) of `runs`, one after the other, in children forked from
-    one process that imported the modules and `preload` once; returns a CompletedProcess (text output) per run."""
-    out_dir = Path(tmp_dir) / "forked_runs"
-    out_dir.mkdir(parents=True)
-    runs = [(module, [str(arg) for arg in args]) for module, args in runs]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    driver = subprocess.run([sys.executable, "-c", _FORKED_RUNS, str(out_dir), json.dumps(runs), json.dumps(list(preload))],
-                            env=env, capture_output=True, text=True, timeout=timeout)
-    assert driver.returncode == 0, driver.stderr[-3000:]
-    return [subprocess.CompletedProcess([sys.executable, "-m", module, *args], int((out_dir / f"{i}.status").read_text()),
-                                        (out_dir / f"{i}.out").read_text(), (out_dir / f"{i}.err").read_text())
-            for i, (module, args) in enumerate(runs)]
-
-
-def run_module_forked(module, argvs, tmp_dir, preload=("tensorflow",), timeout=600):
-    """run_modules_forked of one module's runs, one per argv."""
-    return run_modules_forked([(module, argv) for argv in argvs], tmp_dir, preload, timeout)
-
-
-# ----- commands running at the same time, forked from one TensorFlow import ----------------------------------------
-# A cluster's workers (test_multi_worker) run at once, which run_modules_forked's one-after-the-other driver cannot
-# do: a ForkServer is one process that imported `preload` once and forks a command from it on request (one JSON line
-# on its stdin; it answers the child's pid). Each command is a real process, as a Popen's (signals, a kill, its
-# stderr in a file); the server reaps it and writes its exit status to <status_dir>/<request number>.status (not the
-# pid's name, which a later child may reuse).
 
 _FORK_SERVER = _RUN_IN_CHILD + r"""
 import signal
@@ -286,7 +252,7 @@ for line in sys.stdin:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        os.environ.update(request["env"])
+        os.environ.clear(); os.environ.update(request["env"])
         os.chdir(request["cwd"])
         run_in_child(request["module"], request["argv"], request["stdout"], request["stderr"], request["function"])
     numbers[pid] = request["number"]
@@ -343,11 +309,12 @@ class ForkServer:
         """`python -m module argv`, or with `function` module.function(*argv) (a check that must run in a fresh
         TensorFlow: logical devices set before its first op), in a forked child."""
         argv = [str(arg) for arg in argv]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT), **(env or {})}  # as a Popen's
         Path(stderr_path).write_text("")  # there before the child opens it: its log can be read from now on
         self._requests += 1
         self.server.stdin.write(json.dumps({"number": self._requests, "module": module, "argv": argv,
                                             "stdout": str(stdout_path),
-                                            "stderr": str(stderr_path), "env": env or {}, "function": function,
+                                            "stderr": str(stderr_path), "env": env, "function": function,
                                             "cwd": str(cwd or os.getcwd())}) + "\n")
         self.server.stdin.flush()
         pid = self.server.stdout.readline()
@@ -383,11 +350,27 @@ def two_logical_cpus():
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
 
-@pytest.fixture(scope="session")
-def train_gpu_server(tmp_path_factory):
-    """A ForkServer with train_gpu imported (and TensorFlow, the trainer), one per test process: its train_gpu
-    commands and fresh-TensorFlow checks pay one import (about 5 s of CPU each, before their first check) instead of
-    one each."""
-    server = ForkServer(tmp_path_factory.mktemp("fork_server") / "status", (*TRAIN_GPU_PRELOAD, "xlnet_data.train_gpu"))
-    yield server
-    server.close()
+_fork_server = None
+
+
+def fork_server():
+    """This test process's ForkServer (train_gpu, TensorFlow and the trainer imported), started at its first use and
+    closed when the process leaves."""
+    global _fork_server
+    if _fork_server is None:
+        folder = tempfile.mkdtemp(prefix="fork_server_")
+        _fork_server = ForkServer(Path(folder) / "status", (*TRAIN_GPU_PRELOAD, "xlnet_data.train_gpu"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        atexit.register(_fork_server.close)  # first: atexit runs the last registered first
+    return _fork_server
+
+
+def run_modules_forked(runs, timeout=600):
+    """Runs `python -m module args` for each (module, args) of `runs`, one after the other, forked by fork_server();
+    returns a CompletedProcess (text output) per run."""
+    return [fork_server().run(module, *args, timeout=timeout) for module, args in runs]
+
+
+def run_module_forked(module, argvs, timeout=600):
+    """run_modules_forked of one module's runs, one per argv."""
+    return run_modules_forked([(module, argv) for argv in argvs], timeout)

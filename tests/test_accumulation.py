@@ -10,15 +10,11 @@ checkpoint."""
 
 import dataclasses
 import logging
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, SAMPLE_CORPUS
+from conftest import SAMPLE_CORPUS, fork_server, two_logical_cpus
 from test_modeling import TINY, _synthetic_features
 from test_train import tiny_config
 
@@ -58,31 +54,20 @@ def config(save_dir, model_dir, steps=1, recompute=False, **changes):
                                gradient_accumulation_steps=steps, recompute=recompute)
 
 
-TWO_REPLICAS = """
-import os
-import sys
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-sys.path.insert(0, sys.argv[1])
-import test_accumulation
-test_accumulation.check_micro_batches_take_the_one_pass_steps(*sys.argv[2:])
-print("check OK", flush=True)
-os._exit(0)  # checked: skip the teardown, where freeing the resumed run's cache iterator waited 30-80 s, CPU idle
-"""
-
-
 @pytest.mark.slow
 def test_micro_batches_and_recomputation_take_the_one_pass_steps(cache, tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", TWO_REPLICAS, str(Path(__file__).parent), cache, str(tmp_path)],
-                            env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0 and "check OK" in result.stdout, result.stderr[-5000:]
+    # In a fresh TensorFlow (two logical CPUs), forked from the test process's one import.
+    result = fork_server().run("test_accumulation", cache, tmp_path / "runs",
+                               function="check_micro_batches_take_the_one_pass_steps")
+    assert result.returncode == 0, result.stderr[-5000:]
 
 
 def check_micro_batches_take_the_one_pass_steps(save_dir, model_dir):
     """In a process with two logical CPUs. Three runs of 8 steps (each run costs more to build than its steps): K = 1;
-    K = 2, killed 2 steps after its checkpoint at step 4; that run resumed with K = 4 and recomputation."""
+    K = 2, killed 2 steps after its checkpoint at step 4; that run resumed with K = 4 and recomputation. Returns the
+    runs, for the forked child to keep until it leaves with os._exit: freeing them on return here (their token-cache
+    iterators) waited 12 s and more with the CPU idle."""
+    two_logical_cpus()
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     reference = T.train(config(save_dir, f"{model_dir}/one_pass", train_steps=8, strategy="mirrored"),
                         strategy=strategy)
@@ -118,6 +103,7 @@ def check_micro_batches_take_the_one_pass_steps(save_dir, model_dir):
                                                   run.trainer.replica_mems(want_mems))):
             for layer, (a, b) in enumerate(zip(got, want)):
                 np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-6, err_msg=f"{case} {replica} {layer}")
+    return reference, first, second
 
 
 def test_a_recomputed_layer_draws_the_dropout_masks_of_its_forward_pass(monkeypatch):

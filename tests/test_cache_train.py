@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import SAMPLE_CORPUS, two_logical_cpus
+from conftest import SAMPLE_CORPUS, fork_server, two_logical_cpus
 from test_train import tiny_config
 
 from xlnet_data.dataformat import records as R
@@ -130,10 +130,10 @@ def check_two_replicas(records, cache, records_model_dir, cache_model_dir):
 
 
 @pytest.mark.slow
-def test_two_replicas_from_the_cache_give_the_records_losses(both, tmp_path, train_gpu_server):
+def test_two_replicas_from_the_cache_give_the_records_losses(both, tmp_path):
     # Forked from the test process's one TensorFlow import; its teardown skipped (freeing a cache iterator can wait
     # a minute, CPU idle).
-    result = train_gpu_server.run("test_cache_train", *both, tmp_path / "r", tmp_path / "c",
+    result = fork_server().run("test_cache_train", *both, tmp_path / "r", tmp_path / "c",
                                   function="check_two_replicas")
     assert result.returncode == 0, result.stderr[-5000:]
 
@@ -188,7 +188,7 @@ def damage(save_dir, tmp_path, name):
 
 
 @pytest.fixture(scope="module")
-def command_runs(both, whole, tmp_path_factory, train_gpu_server):
+def command_runs(both, whole, tmp_path_factory):
     """The slow tests' command-line runs: a run on the cache-backed save_dir (the flags that make `whole`'s config)
     and runs on damaged copies of it, one after the other, forked from the test process's one TensorFlow import
     (conftest.ForkServer): {name: (the damaged file or None, {program: finished process})}."""
@@ -220,7 +220,7 @@ def command_runs(both, whole, tmp_path_factory, train_gpu_server):
             ("damaged", "train"): train(damaged), ("damaged", "dump"): ("xlnet_data.dump", [damaged, "--pass_id=0"]),
             ("old", "train"): train(old), ("negative", "dump"): ("xlnet_data.dump", [negative, "--stats"]),
             ("negative", "train"): train(negative, 2)}
-    results = {key: train_gpu_server.run(module, *args) for key, (module, args) in runs.items()}
+    results = {key: fork_server().run(module, *args) for key, (module, args) in runs.items()}
     files = {"logged": None, "damaged": damaged_file, "old": old_file, "negative": negative_index}
     return {name: (path, {program: result for (case, program), result in results.items() if case == name})
             for name, path in files.items()}

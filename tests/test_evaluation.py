@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import SAMPLE_CORPUS, run_module, two_logical_cpus
+from conftest import SAMPLE_CORPUS, fork_server, run_module, two_logical_cpus
 from test_train import TINY_SHAPE, tiny_config
 
 from xlnet_data.datagen.config import CreateConfig
@@ -118,10 +118,9 @@ def check_replicas_and_cache(records, cache, model_dir):
 
 
 @pytest.mark.slow
-def test_the_held_out_numbers_repeat_and_do_not_depend_on_replicas_or_the_cache(split_dirs, tmp_path,
-                                                                                train_gpu_server):
+def test_the_held_out_numbers_repeat_and_do_not_depend_on_replicas_or_the_cache(split_dirs, tmp_path):
     # In a fresh TensorFlow (two logical CPUs), forked from the test process's one import.
-    result = train_gpu_server.run("test_evaluation", *split_dirs, tmp_path / "model",
+    result = fork_server().run("test_evaluation", *split_dirs, tmp_path / "model",
                                   function="check_replicas_and_cache")
     assert result.returncode == 0, result.stderr[-5000:]
 
@@ -163,15 +162,14 @@ def test_a_run_keeps_its_best_checkpoint_across_a_resume_and_draws_its_curves(sp
 
 
 @pytest.mark.slow
-def test_train_gpu_evaluates_each_sources_dev_split_by_default_and_says_the_best(split_dirs, tmp_path,
-                                                                                 train_gpu_server):
+def test_train_gpu_evaluates_each_sources_dev_split_by_default_and_says_the_best(split_dirs, tmp_path):
     """Mixed: each source's own dev split (found beside its train split) and the mixture, weighted as training
     draws the sources; the summary line ends with the best."""
     model_dir = tmp_path / "model"
     train_only = tmp_path / "train_only"
     shutil.copytree(split_dirs[0], train_only, ignore=shutil.ignore_patterns("*dev-*"))
     # Two processes' runs, forked from the test process's one TensorFlow import (conftest.ForkServer).
-    result, off = (train_gpu_server.run("xlnet_data.train_gpu", *args) for args in (
+    result, off = (fork_server().run("xlnet_data.train_gpu", *args) for args in (
         [f"--record_info_dir={','.join(split_dirs)}", f"--model_dir={model_dir}", "--mix_sampling_factor=0.5",
          *TINY_SHAPE, "--n_layer=1", "--mem_len=32", "--train_steps=4", "--iterations=2", "--eval_batches=1"],
         [f"--record_info_dir={train_only}", f"--model_dir={tmp_path / 'x'}", "--eval_every=5"]))

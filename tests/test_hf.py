@@ -20,7 +20,6 @@ import pytest
 from conftest import (
     SAMPLE_CORPUS,
     SHARED,
-    TRAIN_GPU_PRELOAD,
     XLNET_SPM,
     needs_shared,
     run_module,
@@ -85,8 +84,7 @@ def trained(records, sample_spm, tmp_path_factory):
                                   "--learning_rate=1e-3", "--warmup_steps=10", f"--train_steps={TRAIN_STEPS}",
                                   "--iterations=10"]),
         # No --sp_path: the records' (run_config.json names them)
-        ("xlnet_data.export_hf", [f"--model_dir={model_dir}", f"--output_dir={export_dir}"])], base / "runs",
-        preload=TRAIN_GPU_PRELOAD))
+        ("xlnet_data.export_hf", [f"--model_dir={model_dir}", f"--output_dir={export_dir}"])]))
     (base / "export.log").write_text(export.stderr)
     return model_dir, export_dir, _losses(result.stderr)
 
@@ -174,7 +172,7 @@ def tf1_exports(sample_spm, tmp_path_factory):
     if SHARED.is_dir():
         runs |= {case: [f"--checkpoint={SHARED / 'golden_model' / case / 'model.ckpt'}", f"--sp_path={XLNET_SPM}",
                         f"--output_dir={out / case}"] for case in MODEL_CASES}
-    results = run_module_forked("xlnet_data.export_hf", list(runs.values()), out / "runs")
+    results = run_module_forked("xlnet_data.export_hf", list(runs.values()))
     return {name: (out / name, result, model) for name, result in zip(runs, results)}
 
 
@@ -207,8 +205,7 @@ def test_export_import_export_is_identical(trained, records, sample_spm, tmp_pat
             ("xlnet_data.train_gpu", [f"--record_info_dir={records}", f"--model_dir={model_dir}",
                                       f"--init_checkpoint={export_dir}", "--mem_len=32", "--learning_rate=0",
                                       "--train_steps=1", "--iterations=1"]),
-            ("xlnet_data.export_hf", [f"--model_dir={model_dir}", f"--sp_path={sample_spm}", f"--output_dir={again}"])],
-            tmp_path / "runs", preload=TRAIN_GPU_PRELOAD):
+            ("xlnet_data.export_hf", [f"--model_dir={model_dir}", f"--sp_path={sample_spm}", f"--output_dir={again}"])]):
         _ok(result)
     first, second = hf.read_tensors(str(export_dir)), hf.read_tensors(str(again))
     assert sorted(first) == sorted(second)
@@ -314,7 +311,7 @@ def test_import_continues_training_where_it_left_off(trained, records, tmp_path)
     result, from_checkpoint = map(_ok, run_module_forked("xlnet_data.train_gpu", [
         [*common, f"--model_dir={tmp_path / 'imported'}", f"--init_checkpoint={export_dir}"],
         [*common, f"--model_dir={tmp_path / 'continued'}", f"--init_checkpoint={checkpoints.latest(str(model_dir))}",
-         *TINY_SHAPE]], tmp_path / "runs", preload=TRAIN_GPU_PRELOAD))
+         *TINY_SHAPE]]))
     assert "model initialised from the Transformers directory" in result.stderr
     assert f"from {export_dir}/xlnet_pretraining.json: mem_len=32, clamp_len=-1, same_length=False" in result.stderr
     losses = [loss for _, loss in _losses(result.stderr)]
@@ -405,7 +402,7 @@ def test_import_refuses_another_vocabulary_or_shape_in_one_line(trained, records
     results = run_module_forked("xlnet_data.train_gpu", [
         [*common, f"--init_checkpoint={bigger}"], [*common, f"--init_checkpoint={other_spm}"],
         [*common, f"--init_checkpoint={kept}"], [*common, f"--init_checkpoint={export_dir}", "--n_head=4"],
-        [*common, f"--init_checkpoint={misshapen}"]], tmp_path / "runs")
+        [*common, f"--init_checkpoint={misshapen}"]])
     assert [result.returncode for result in results] == [2] * 5, [result.stderr for result in results]
     last = [result.stderr.strip().splitlines()[-1] for result in results]
     assert last[0] == (
@@ -455,7 +452,7 @@ def test_export_refuses_in_one_line(trained, records, sample_spm, tmp_path):
                   rf"export_hf: error: --sp_path={other} is not the SentencePiece model of the records the "
                   rf"model was trained on \({model_dir}/run_config.json records its sha256\): pass "
                   rf"{re.escape(str(sample_spm))} \(sp_path in {records}/corpus_info.json\)"))
-    results = run_module_forked("xlnet_data.export_hf", [args for args, _ in cases], tmp_path / "runs")
+    results = run_module_forked("xlnet_data.export_hf", [args for args, _ in cases])
     for (args, expected), result in zip(cases, results):
         assert result.returncode == 2, (args, result.stderr)
         assert re.fullmatch(expected, result.stderr.strip().splitlines()[-1]), (args, result.stderr)

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import two_logical_cpus
+from conftest import fork_server, two_logical_cpus
 from test_train import TINY_SHAPE, small_records  # noqa: F401 (small_records is a fixture)
 
 WORKER_TIMEOUT_S = 600  # a bound for a hang, not a speed check: a loaded 2-core machine is slow
@@ -57,21 +57,21 @@ class Worker:
     the module's twelve workers each paid their own, about 5 s of CPU, before their first step); its stderr goes to a
     file (`log`)."""
 
-    def __init__(self, server, flags, tf_config, log_path):
+    def __init__(self, flags, tf_config, log_path):
         self.log_path = log_path
-        self.process = server.start("xlnet_data.train_gpu", ["--strategy=multi_worker", *flags], log_path,
-                                    env={"TF_CONFIG": json.dumps(tf_config)})
+        self.process = fork_server().start("xlnet_data.train_gpu", ["--strategy=multi_worker", *flags], log_path,
+                                           env={"TF_CONFIG": json.dumps(tf_config)})
 
     def log(self):
         return self.log_path.read_text()
 
 
-def start_workers(server, flags, log_dir, count=2, extra_flags=None):
+def start_workers(flags, log_dir, count=2, extra_flags=None):
     """`count` train_gpu processes forming one cluster on loopback ports (worker 0 is the chief); worker i also
     gets extra_flags[i]."""
     log_dir.mkdir(exist_ok=True)
     workers = [f"127.0.0.1:{port}" for port in free_loopback_ports(count)]
-    return [Worker(server, [*flags, *(extra_flags or {}).get(index, [])],
+    return [Worker([*flags, *(extra_flags or {}).get(index, [])],
                    {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}},
                    log_dir / f"worker{index}.log") for index in range(count)]
 
@@ -100,25 +100,25 @@ def chief_losses(model_dir):
 
 
 @pytest.fixture(scope="module")
-def reference(small_records, tmp_path_factory, train_gpu_server):  # noqa: F811
+def reference(small_records, tmp_path_factory):  # noqa: F811
     """One process, two replicas, the same global batch: the losses of 6 steps straight, which the workers' 3 steps
     and 3 more after resuming must give (a resume repeats a run bit for bit: test_train_faults' two-replica resume;
     TRAIN_FLAGS' constant rate makes a run of 3 steps the first 3 of 6)."""
     out = tmp_path_factory.mktemp("reference")
     flags = [f"--record_info_dir={small_records}", f"--model_dir={out / 'model'}", *TRAIN_FLAGS, "--train_steps=6"]
-    result = train_gpu_server.run("test_multi_worker", out / "losses.json", *flags, function="write_reference_losses",
+    result = fork_server().run("test_multi_worker", out / "losses.json", *flags, function="write_reference_losses",
                                   timeout=WORKER_TIMEOUT_S)  # forked from the test process's one TensorFlow import
     assert result.returncode == 0, result.stderr[-5000:]
     return json.loads((out / "losses.json").read_text())
 
 
 @pytest.mark.slow
-def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_records, reference, train_gpu_server, tmp_path):  # noqa: F811
+def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_records, reference, tmp_path):  # noqa: F811
     model_dir = tmp_path / "model"
     flags = [f"--record_info_dir={small_records}", f"--model_dir={model_dir}", *TRAIN_FLAGS]
-    first = finish(start_workers(train_gpu_server, [*flags, "--train_steps=3"], tmp_path / "first"))
+    first = finish(start_workers([*flags, "--train_steps=3"], tmp_path / "first"))
     assert [code for code, _ in first] == [0, 0], first[0][1][-3000:] + first[1][1][-3000:]
-    second = finish(start_workers(train_gpu_server, [*flags, "--train_steps=6"], tmp_path / "second"))
+    second = finish(start_workers([*flags, "--train_steps=6"], tmp_path / "second"))
     assert [code for code, _ in second] == [0, 0], second[0][1][-3000:] + second[1][1][-3000:]
 
     np.testing.assert_allclose(chief_losses(model_dir), reference, rtol=0, atol=1e-5)
@@ -135,7 +135,7 @@ def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_recor
     assert len([name for name in names if name.startswith("events.out.tfevents.")]) == 2
 
     # A worker whose model_dir is not the chief's (no shared filesystem) would start from step 0: refused.
-    split = start_workers(train_gpu_server, [*flags, "--train_steps=9"], tmp_path / "split",
+    split = start_workers([*flags, "--train_steps=9"], tmp_path / "split",
                           extra_flags={1: [f"--model_dir={tmp_path / 'not_shared'}"]})  # the last --model_dir counts
     for code, stderr in finish(split):
         assert code == 2 and stderr.strip().splitlines()[-1].startswith(
@@ -144,12 +144,12 @@ def test_two_workers_train_as_one_process_checkpoint_once_and_resume(small_recor
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lost, how", [(1, signal.SIGKILL), (0, signal.SIGKILL), (1, signal.SIGSTOP)])
-def test_a_worker_that_dies_ends_the_others_with_one_line(small_records, train_gpu_server, tmp_path, lost, how):  # noqa: F811
+def test_a_worker_that_dies_ends_the_others_with_one_line(small_records, tmp_path, lost, how):  # noqa: F811
     """Worker `lost` (1: a worker, 0: the chief) is killed, or stopped (it holds its connections open but stops
     answering: only the heartbeats tell), once training runs; the other must stop by itself."""
     flags = [f"--record_info_dir={small_records}", f"--model_dir={tmp_path / 'model'}", *TRAIN_FLAGS,
              "--train_steps=100000"]
-    workers = start_workers(train_gpu_server, flags, tmp_path / "logs")
+    workers = start_workers(flags, tmp_path / "logs")
     survivor = workers[1 - lost]
     try:
         deadline = time.monotonic() + WORKER_TIMEOUT_S

@@ -8,14 +8,21 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, SAMPLE_CORPUS, SHARED, TRAIN_GPU_PRELOAD, needs_shared, run_module, run_modules_forked
+from conftest import (
+    ROOT,
+    SAMPLE_CORPUS,
+    SHARED,
+    fork_server,
+    needs_shared,
+    run_module,
+    run_modules_forked,
+    two_logical_cpus,
+)
 
 from xlnet_data.common.errors import ConfigError
 from xlnet_data.pretrain import config as C
@@ -90,8 +97,7 @@ def cli_runs(records, small_records, tmp_path_factory):
                     "--mem_len=32", "--dry_run", "--dry_run_steps=2", "--dry_run_seconds=0", "--train_steps=1000",
                     "--device_memory=16GB"],
     }
-    results = run_modules_forked([("xlnet_data.train_gpu", args) for args in runs.values()], base / "runs",
-                                 preload=TRAIN_GPU_PRELOAD)
+    results = run_modules_forked([("xlnet_data.train_gpu", args) for args in runs.values()])
     return {name: (result, base / name) for name, result in zip(runs, results)}
 
 
@@ -130,23 +136,10 @@ def test_cli_trains_a_tiny_model_and_the_loss_falls(cli_runs):
 
 # ----- several devices ----------------------------------------------------------------------------
 
-MIRRORED_CHECK = """
-import os
-import sys
-import numpy as np
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-sys.path.insert(0, sys.argv[1])
-from test_train import check_mirrored_equals_single_device
-check_mirrored_equals_single_device(sys.argv[2], sys.argv[3])
-print("mirrored OK", flush=True)
-os._exit(0)  # checked: skip TensorFlow's teardown
-"""
-
-
 def check_mirrored_equals_single_device(records, model_dir, steps=3):
-    """Run in a process with two logical CPUs: two replicas == each replica's rows on one device, averaged."""
+    """In a fresh TensorFlow (a forked child): two replicas == each replica's rows on one device, averaged. Returns
+    the run, for the child to keep until it leaves with os._exit."""
+    two_logical_cpus()
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     # Learning rate 0: the weights stay, so later steps compare too (with their memories).
     cfg = tiny_config(records, model_dir, learning_rate=0.0, train_steps=steps, iterations=1, strategy="mirrored")
@@ -186,14 +179,14 @@ def check_mirrored_equals_single_device(records, model_dir, steps=3):
             for name, got, *per_replica in zip(single.weights, mirrored_grads, *grads):
                 np.testing.assert_allclose(got.numpy(), np.mean(per_replica, axis=0), rtol=0, atol=1e-5,
                                            err_msg=name)
+    return result
 
 
 @pytest.mark.slow
 def test_two_replicas_equal_each_replicas_share_on_one_device_averaged(records, tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", MIRRORED_CHECK, str(Path(__file__).parent), records,
-                             str(tmp_path / "model")], env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0 and "mirrored OK" in result.stdout, result.stderr[-5000:]
+    # In a fresh TensorFlow (two logical CPUs), forked from the test process's one import.
+    result = fork_server().run("test_train", records, tmp_path / "model", function="check_mirrored_equals_single_device")
+    assert result.returncode == 0, result.stderr[-5000:]
 
 
 @pytest.mark.parametrize("num_core, replicas, bi_data, want", [
@@ -300,28 +293,43 @@ def _golden_train_config(case, model_dir, **changes):
     return cfg, np.load(golden / "features.npz"), np.load(golden / "expected.npz")
 
 
-@needs_shared
-@pytest.mark.parametrize("case", sorted(GOLDEN_INPUTS))
-@pytest.mark.slow
-def test_training_from_the_golden_tf1_checkpoint_starts_at_the_golden_loss(case, tmp_path):
-    cfg, features, expected = _golden_train_config(case, tmp_path, learning_rate=0.0, train_steps=2)
-    result = T.train(cfg, permutation=ip.fixed_permutation(features["perm_rows_0"], features["perm_rows_1"]))
-    # Learning rate 0 keeps the golden weights, so the second step (with the first's memories) matches too.
-    np.testing.assert_allclose(result.losses, [expected["total_loss_0"], expected["total_loss_1"]], rtol=1e-5)
+@pytest.fixture(scope="module")
+def golden_runs(tmp_path_factory):
+    """golden_runs(case, jit_compile) -> (the losses, whether XLA compiled the step, the golden arrays) of a run of 3
+    steps from a model golden's TF1 checkpoint at learning rate 1e-3 after a warm-up of one step, made once for the
+    tests that read it. The warm-up's rate at step 0 is 0, so the second step is taken with the golden weights and
+    the first step's memories (the golden's second step), and the third after an update (Adam's, clipped)."""
+    runs = {}
+
+    def run(case, jit_compile):
+        if (case, jit_compile) not in runs:
+            model_dir = tmp_path_factory.mktemp(f"{case}_{jit_compile}")
+            cfg, features, expected = _golden_train_config(case, model_dir, learning_rate=1e-3, warmup_steps=1,
+                                                           train_steps=3, jit_compile=jit_compile)
+            result = T.train(cfg, permutation=ip.fixed_permutation(features["perm_rows_0"], features["perm_rows_1"]))
+            runs[case, jit_compile] = result.losses, result.trainer.uses_xla, expected
+        return runs[case, jit_compile]
+    return run
 
 
 @needs_shared
 @pytest.mark.parametrize("case", sorted(GOLDEN_INPUTS))
 @pytest.mark.slow
-def test_the_xla_compiled_step_gives_the_plain_steps_losses(case, tmp_path):
-    losses = {}
+def test_training_from_the_golden_tf1_checkpoint_starts_at_the_golden_loss(case, golden_runs):
+    losses, _, expected = golden_runs(case, "off")
+    # A rate of 0 at step 0 keeps the golden weights, so the second step (with the first's memories) matches too.
+    np.testing.assert_allclose(losses[:2], [expected["total_loss_0"], expected["total_loss_1"]], rtol=1e-5)
+
+
+@needs_shared
+@pytest.mark.parametrize("case", sorted(GOLDEN_INPUTS))
+@pytest.mark.slow
+def test_the_xla_compiled_step_gives_the_plain_steps_losses(case, golden_runs):
+    losses, uses_xla = {}, {}
     for jit_compile in ("off", "on"):
-        cfg, features, expected = _golden_train_config(case, tmp_path / jit_compile, learning_rate=1e-3,
-                                                       train_steps=3, jit_compile=jit_compile)
-        result = T.train(cfg, permutation=ip.fixed_permutation(features["perm_rows_0"], features["perm_rows_1"]))
-        assert result.trainer.uses_xla == (jit_compile == "on")
-        losses[jit_compile] = result.losses
-    # Three updates (the second and third steps see the first's gradients, clipping and Adam), same losses.
+        losses[jit_compile], uses_xla[jit_compile], expected = golden_runs(case, jit_compile)
+    assert uses_xla == {"off": False, "on": True}
+    # Three steps (the second and third see the first's gradients in Adam's moments, the third an update), same losses.
     np.testing.assert_allclose(losses["on"], losses["off"], rtol=1e-5, atol=0)
     np.testing.assert_allclose(losses["on"][0], expected["total_loss_0"], rtol=1e-5)
     assert losses["on"][2] < losses["on"][0]
@@ -412,7 +420,7 @@ def _one_error_line(result):
     (["--summary_type=max"], ["summary_type", "last"]),
 ])
 def test_cli_flag_errors_are_one_line(records, tmp_path, flags, fragments):
-    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={tmp_path}", *flags)
+    result = fork_server().run("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={tmp_path}", *flags)
     line = _one_error_line(result)
     assert line.startswith("train: error:")
     for fragment in fragments:
@@ -422,7 +430,7 @@ def test_cli_flag_errors_are_one_line(records, tmp_path, flags, fragments):
 def test_cli_without_corpus_info_needs_the_data_flags(records, tmp_path):
     (tmp_path / "bare").mkdir()
     os.symlink(os.path.join(records, "tfrecords"), tmp_path / "bare" / "tfrecords")
-    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={tmp_path / 'bare'}",
+    result = fork_server().run("xlnet_data.train_gpu", f"--record_info_dir={tmp_path / 'bare'}",
                         f"--model_dir={tmp_path / 'model'}")
     assert _one_error_line(result) == ("train: error: --train_batch_size, --seq_len, --reuse_len needed: no "
                                        f"corpus_info.json next to {tmp_path / 'bare' / 'tfrecords'} to read them from")
@@ -432,7 +440,7 @@ def test_cli_xlnet_config_that_contradicts_the_records_is_one_line(records, tmp_
     tiny = C.XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu", untie_r=True,
                          n_token=32000)
     tiny.to_json(str(tmp_path / "xlnet_config.json"))
-    result = run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={tmp_path / 'm'}",
+    result = fork_server().run("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={tmp_path / 'm'}",
                         f"--xlnet_config={tmp_path / 'xlnet_config.json'}")
     assert "the records' vocab_size" in _one_error_line(result)
 
@@ -440,7 +448,7 @@ def test_cli_xlnet_config_that_contradicts_the_records_is_one_line(records, tmp_
 # ----- the plan: --device_memory, --dry_run (costs.py: test_costs.py) -----------------------------
 
 def _plan_cli(records, model_dir, *flags):
-    return run_module("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}", *TINY_SHAPE,
+    return fork_server().run("xlnet_data.train_gpu", f"--record_info_dir={records}", f"--model_dir={model_dir}", *TINY_SHAPE,
                       "--mem_len=32", *flags)
 
 
@@ -593,9 +601,17 @@ def test_one_cpu_device_reads_the_batches_the_distributed_iterator_gives(small_r
 # ----- the benchmark ------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_benchmark_runs_small_on_cpu():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), "gpu", "--small", "--steps=3",
-                             "--strategy=one_device"], env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert re.search(r"median step [\d.]+ ms, [\d,]+ tokens/s", result.stdout), result.stdout
+def test_benchmark_runs_small_on_cpu(monkeypatch, capsys):
+    """benchmarks/bench_train.py's gpu mode on the tiny shape, its main() in this process: what can break is the
+    script against the library (its flags, the Trainer and costs it calls), not a process (a subprocess paid
+    TensorFlow's start-up again)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_train
+    monkeypatch.setattr(sys, "argv", ["bench_train.py", "gpu", "--small", "--steps=3", "--strategy=one_device"])
+    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+    try:
+        bench_train.main()
+    finally:  # the script sets TF32 for the whole process
+        tf.config.experimental.enable_tensor_float_32_execution(tf32)
+    out = capsys.readouterr().out
+    assert re.search(r"median step [\d.]+ ms, [\d,]+ tokens/s", out), out

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, SAMPLE_CORPUS, run_module, two_logical_cpus
+from conftest import ROOT, SAMPLE_CORPUS, fork_server, run_module, two_logical_cpus
 from test_train import TINY_SHAPE, _create, tiny_config
 
 from xlnet_data.common.errors import ConfigError
@@ -58,10 +58,10 @@ def _train_args(record_dir, model_dir, *more):
             "--dropout=0.1", "--dropatt=0.1", "--learning_rate=1e-3", *more)
 
 
-def _train_gpu(server, record_dir, model_dir, *more, cwd=None):
+def _train_gpu(record_dir, model_dir, *more, cwd=None):
     """train_gpu with _train_args, run to its end as a process forked from the module's one TensorFlow import
     (conftest.ForkServer): its flags, exit status, one-line errors and stderr are the command's own."""
-    return server.run("xlnet_data.train_gpu", *_train_args(record_dir, model_dir, *more), cwd=cwd)
+    return fork_server().run("xlnet_data.train_gpu", *_train_args(record_dir, model_dir, *more), cwd=cwd)
 
 
 def _train_config(record_dir, model_dir, **flags):
@@ -194,9 +194,9 @@ def _as_stopped_after_the_first_step(model_dir, target):
 
 
 @pytest.mark.slow
-def test_two_replicas_resume_exactly_too(small_records, tmp_path, train_gpu_server):
+def test_two_replicas_resume_exactly_too(small_records, tmp_path):
     # In a fresh TensorFlow (two logical CPUs), forked from the test process's one import.
-    result = train_gpu_server.run("test_train_faults", small_records, tmp_path, function="check_mirrored_resume")
+    result = fork_server().run("test_train_faults", small_records, tmp_path, function="check_mirrored_resume")
     assert result.returncode == 0, result.stderr[-5000:]
 
 
@@ -211,8 +211,7 @@ def test_resuming_with_another_seed_is_refused(small_records, tmp_path):
 # ----- where a model_dir's paths resolve from --------------------------------------------------------
 
 @pytest.mark.slow
-def test_a_relative_model_dir_resumes_and_so_does_its_folder_moved_as_a_whole(small_records, tmp_path, monkeypatch,
-                                                                              train_gpu_server):
+def test_a_relative_model_dir_resumes_and_so_does_its_folder_moved_as_a_whole(small_records, tmp_path, monkeypatch):
     """The README's `--model_dir=models/austen`, run again, resumes (the `checkpoint` file's relative entries were
     once joined to model_dir twice: models/m/models/m/model.ckpt-2); so does the same command run in the folder
     holding model_dir after that folder moved. The first run is the library's, in this process (the command
@@ -224,7 +223,7 @@ def test_a_relative_model_dir_resumes_and_so_does_its_folder_moved_as_a_whole(sm
         T.train(_train_config(small_records, "models/m", train_steps=2))
     moved = tmp_path / "moved"
     first.rename(moved)
-    resumed = _train_gpu(train_gpu_server, small_records, "models/m", "--train_steps=3", cwd=moved)
+    resumed = _train_gpu(small_records, "models/m", "--train_steps=3", cwd=moved)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from models/m/model.ckpt-2 (step 2)" in resumed.stderr
     assert (moved / "models/m/checkpoint").read_text().splitlines() == [
@@ -404,10 +403,10 @@ def _wait_until_caught(process, signum, timeout=120):
     raise AssertionError(f"the process never set a handler for signal {signum}")
 
 
-def _signal_at_step(server, args, log, signum, step):
-    """Starts train_gpu `args` (forked by `server`, its stderr to `log`), sends `signum` once the log shows `step`;
+def _signal_at_step(args, log, signum, step):
+    """Starts train_gpu `args` (forked by the fork server, its stderr to `log`), sends `signum` once the log shows `step`;
     returns the finished run's (status, stderr)."""
-    process = server.start("xlnet_data.train_gpu", args, log)
+    process = fork_server().start("xlnet_data.train_gpu", args, log)
     deadline = time.monotonic() + 300
     while f"] step {step} |" not in log.read_text():
         assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
@@ -431,10 +430,10 @@ def twelve_steps(small_records, tmp_path_factory):
 @pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 @pytest.mark.slow
 def test_a_signal_saves_a_checkpoint_and_the_rerun_equals_an_uninterrupted_run(small_records, twelve_steps, tmp_path,
-                                                                                signum, status, caplog, train_gpu_server):
+                                                                                signum, status, caplog):
     steps = TWELVE_STEPS
     model_dir = tmp_path / "stopped"
-    stopped = _signal_at_step(train_gpu_server, _train_args(small_records, model_dir, *steps), tmp_path / "stderr",
+    stopped = _signal_at_step(_train_args(small_records, model_dir, *steps), tmp_path / "stderr",
                               signum, 4)
     line = _one_line(stopped, "train", status)
     at = int(line.split(" at step ")[1].split(":")[0])
@@ -500,14 +499,14 @@ def _damage(save_dir, tmp_path, how):
     ("bit_flip_in_a_length", "corrupt record: length CRC mismatch"),
 ])
 def test_damage_found_at_start_up_stops_train_and_dump_before_anything_is_written(small_records, tmp_path, how,
-                                                                                  fragment, train_gpu_server):
+                                                                                  fragment):
     copy, path, index, offset = _damage(small_records, tmp_path, how)
     info = copy / "tfrecords" / f"record_info-{RECORDS_NAME}.json"
     offsets = _offsets(_records_file(small_records))  # the record's data and its CRC: the frame less 12 bytes
     size = offsets[index + 1] - offsets[index] - 12 if index + 1 < len(offsets) else None
     want = f"{path}: record {index} (byte {offset}): {fragment.format(info=info, size=size)}"
     model_dir = tmp_path / "model"
-    line = _one_line(_train_gpu(train_gpu_server, copy, model_dir, "--train_steps=5"), "train", 2)
+    line = _one_line(_train_gpu(copy, model_dir, "--train_steps=5"), "train", 2)
     assert line == f"train: error: {want}"
     assert not model_dir.exists()
     line = _one_line(run_module("xlnet_data.dump", copy, "--stats"), "dump", 2)
@@ -577,8 +576,7 @@ def test_a_file_with_more_records_than_its_record_info_lists_is_refused(small_re
     ("{\"vocab_size\": 1000,", " is not valid JSON ("),
 ])
 def test_a_corpus_info_that_contradicts_the_records_is_one_line_naming_the_file_and_field(small_records, tmp_path,
-                                                                                          edit, fragment,
-                                                                                          train_gpu_server):
+                                                                                          edit, fragment):
     copy = _copy(small_records, tmp_path)
     corpus_info = copy / "corpus_info.json"
     if isinstance(edit, dict):
@@ -587,7 +585,7 @@ def test_a_corpus_info_that_contradicts_the_records_is_one_line_naming_the_file_
         corpus_info.write_text(edit)
     want = fragment.format(file=_records_file(copy), info=copy / "tfrecords" / f"record_info-{RECORDS_NAME}.json")
     model_dir = tmp_path / "model"
-    train = _one_line(_train_gpu(train_gpu_server, copy, model_dir, "--train_steps=2"), "train", 2)
+    train = _one_line(_train_gpu(copy, model_dir, "--train_steps=2"), "train", 2)
     dump = _one_line(run_module("xlnet_data.dump", copy, "--limit=1"), "dump", 2)
     for line, program in ((train, "train"), (dump, "dump")):
         assert line.startswith(f"{program}: error: {corpus_info}") and want in line, line
@@ -598,14 +596,13 @@ def test_a_corpus_info_that_contradicts_the_records_is_one_line_naming_the_file_
     ({"num_batch": "17"}, "num_batch='17' is not a count of batches"),
     ({"num_batch": 18}, "lists num_batch 18 x bsz_per_host 8 = 144: it was cut short"),
 ])
-def test_a_record_info_that_contradicts_its_records_is_one_line(small_records, tmp_path, edit, fragment,
-                                                                train_gpu_server):
+def test_a_record_info_that_contradicts_its_records_is_one_line(small_records, tmp_path, edit, fragment):
     copy = _copy(small_records, tmp_path)
     info = copy / "tfrecords" / f"record_info-{RECORDS_NAME}.json"
     info.write_text(json.dumps({**json.loads(info.read_text()), **edit}))
     with pytest.raises((SaveDirError, record_reader.RecordError), match=fragment.replace("(", r"\(")):
         validation.check_record_files([str(_records_file(copy))])
-    line = _one_line(_train_gpu(train_gpu_server, copy, tmp_path / "m", "--train_steps=2"),
+    line = _one_line(_train_gpu(copy, tmp_path / "m", "--train_steps=2"),
                      "train", 2)
     assert str(info) in line and fragment in line, line
 
@@ -640,7 +637,7 @@ def test_a_full_model_dir_is_one_line_naming_the_checkpoint_and_leaves_no_tempor
     _no_temporary_files(model_dir)
 
 
-def test_a_model_dir_full_from_the_start_is_one_line_naming_the_config(small_records, small_disk, train_gpu_server):
+def test_a_model_dir_full_from_the_start_is_one_line_naming_the_config(small_records, small_disk):
     filler = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)
     try:  # fill the disk
         while os.write(filler, b"\0" * 4096):
@@ -650,7 +647,7 @@ def test_a_model_dir_full_from_the_start_is_one_line_naming_the_config(small_rec
     finally:
         os.close(filler)
     model_dir = small_disk / "model"
-    result = _train_gpu(train_gpu_server, small_records, model_dir, "--train_steps=2")
+    result = _train_gpu(small_records, model_dir, "--train_steps=2")
     line = _one_line(result, "train", 2)
     assert line == f"train: error: cannot write {model_dir}/xlnet_config.json: No space left on device"
     assert os.listdir(model_dir) == [".train.lock"]
@@ -706,14 +703,14 @@ def _wait_for_reader(save_dir, process, program):
 
 
 @pytest.fixture(scope="class")
-def training_run(small_records, tmp_path_factory, train_gpu_server):
+def training_run(small_records, tmp_path_factory):
     """(records, model_dir, process) of a train_gpu run on a copy of small_records that trains on (100,000 steps, no
     checkpoint) while the tests below try what it must refuse: a second run on its model_dir, create --overwrite of
     the records it reads. Returned once it holds both locks, model_dir's and the records' readers' lock; ended with
     the class of those tests (so that it trains in the background of none other)."""
     folder = tmp_path_factory.mktemp("training_run")
     records, model_dir = _copy(small_records, folder, "records"), folder / "model"
-    process = train_gpu_server.start("xlnet_data.train_gpu", _train_args(records, model_dir, "--train_steps=100000",
+    process = fork_server().start("xlnet_data.train_gpu", _train_args(records, model_dir, "--train_steps=100000",
                                                                           "--save_steps=100000"), folder / "stderr")
     try:
         _wait_for_reader(records, process, "train_gpu")
@@ -732,12 +729,11 @@ class TestWhileATrainGpuRuns:
     """Refusals made while another train_gpu run trains on (the training_run fixture)."""
 
     @pytest.mark.slow
-    def test_a_second_train_on_a_busy_model_dir_stops_at_once_naming_the_holder(self, training_run, small_records,
-                                                                                 train_gpu_server):
+    def test_a_second_train_on_a_busy_model_dir_stops_at_once_naming_the_holder(self, training_run, small_records):
         _, model_dir, first = training_run
         # The records' twin, not the records the first run reads: their readers' lock names the latest reader, which
         # must stay the first run for the create test below.
-        second = _train_gpu(train_gpu_server, small_records, model_dir, "--train_steps=2")
+        second = _train_gpu(small_records, model_dir, "--train_steps=2")
         line = _one_line(second, "train", 2)
         assert line.startswith(f"train: error: {model_dir} is in use by another train_gpu run (pid {first.pid} on "
                                f"{os.uname().nodename}, started "), line

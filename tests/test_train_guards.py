@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import SAMPLE_CORPUS, run_module
+from conftest import SAMPLE_CORPUS, fork_server
 from test_train import make_small_records, tiny_config
 from test_train_faults import _checkpoint_tensors, _one_line, _train_args
 
@@ -50,7 +50,7 @@ def test_a_non_finite_loss_stops_training_naming_the_step_without_a_checkpoint_o
     other = tokenizer.train_sentencepiece(tokenizer.SpmTrainConfig(
         input_files=(str(SAMPLE_CORPUS / "austen_emma.txt"),), model_prefix=str(tmp_path / "other"), vocab_size=1000,
         num_threads=2))
-    line = _one_line(run_module("xlnet_data.export_hf", f"--model_dir={tmp_path / 'm'}", f"--sp_path={other}",
+    line = _one_line(fork_server().run("xlnet_data.export_hf", f"--model_dir={tmp_path / 'm'}", f"--sp_path={other}",
                                 f"--output_dir={tmp_path / 'hf'}"), "export_hf", 2)
     assert line == (f"export_hf: error: --sp_path={other} is not the SentencePiece model of the records the model was "
                     f"trained on ({run_config} records its sha256): pass {sample_spm} (sp_path in "
@@ -61,7 +61,7 @@ def test_a_non_finite_loss_stops_training_naming_the_step_without_a_checkpoint_o
 @pytest.mark.slow
 def test_max_loss_stops_a_diverging_run_through_the_command(small_records, tmp_path):
     model_dir = tmp_path / "m"
-    result = run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--learning_rate=100",
+    result = fork_server().run("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--learning_rate=100",
                                                              "--train_steps=12", "--iterations=1", "--save_steps=1",
                                                              "--max_loss=20"))
     line = _one_line(result, "train", 2)
@@ -131,7 +131,7 @@ def test_a_damaged_newest_checkpoint_is_passed_over_and_the_resumed_run_equals_a
 @pytest.mark.slow
 def test_a_training_flag_out_of_range_is_one_line_before_any_work(small_records, tmp_path, flag, message):
     model_dir = tmp_path / "m"
-    line = _one_line(run_module("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"),
+    line = _one_line(fork_server().run("xlnet_data.train_gpu", *_train_args(small_records, model_dir, "--train_steps=2"),
                                 flag), "train", 2)
     assert line == f"train: error: {message}"
     assert not model_dir.exists()
