@@ -48,6 +48,18 @@ class TokenStream:
         """The mapped file's descriptor (copy_read), -1 for a stream in memory."""
         return -1 if self.file is None else self.file.fileno()
 
+    def close(self) -> None:
+        """Closes the mapped file now, not when the stream is garbage-collected (the map goes with the last
+        array that views it)."""
+        if self.file is not None:
+            self.file.close()
+
+    def __enter__(self) -> "TokenStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def arrays(self):
         """(ids int32, sent_ids bool, word starts bool or None) of the whole stream, in memory (tests, small
         streams): token_cache.read_stream's."""
