@@ -272,3 +272,28 @@ def test_the_cache_takes_at_most_2_2_bytes_a_token_ids_flags_and_index(cache_dir
             tokens = sum(shard["tokens"] for shard in json.loads(index_path.read_text())["shards"])
             size = index_path.stat().st_size + index_path.with_suffix(".bin").stat().st_size
             assert size / tokens <= 2.2, (case, size / tokens)
+
+
+@needs_shared
+def test_the_mapped_cache_file_is_closed_where_its_unit_ends(cache_dirs, tmp_path, monkeypatch):
+    """A unit's token cache file, open beside its map (layout.copy_read's reads), is closed where its owner ends, not
+    when the stream is garbage-collected: a cache-backed unit read whole (dump), a stream its consumer stops early
+    (the input pipeline), and create's passes from the cache. The streams are held here, so only a close closes."""
+    from xlnet_data.dataformat import token_cache
+    opened, mapped_stream = [], token_cache.mapped_stream
+
+    def recorded(*args, **kwargs):
+        opened.append(mapped_stream(*args, **kwargs))
+        return opened[-1]
+    monkeypatch.setattr(token_cache, "mapped_stream", recorded)
+    save_dir, config = cache_dirs["g6_num_passes"]
+    units = generated.find_cache_units(save_dir)
+    assert list(generated.unit_payloads(units[0]))
+    assert len(opened) == 1 and opened[0].file.closed
+    chunks = generated.GeneratedStream(units).chunks()
+    next(chunks)
+    assert len(opened) == 2 and not opened[1].file.closed  # open while its records are made
+    chunks.close()
+    assert opened[1].file.closed
+    create_records(dataclasses.replace(config, save_dir=str(tmp_path), write_records=True), num_workers=1)
+    assert len(opened) == 2 + config.num_passes and all(stream.file.closed for stream in opened[2:])

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -67,9 +68,9 @@ def test_read_stream_equals_the_files_concatenated_at_any_bit_offset(tmp_path, s
         prev_last = flags[-1]
     ids, flags, _ = token_cache.read_stream(config.save_dir, index, order, 1000)
     assert ids.tolist() == want_ids and flags.tolist() == want_flags
-    mapped = token_cache.mapped_stream(config.save_dir, index, order, 1000)  # what the units read: the file mapped
-    assert mapped.seg_ids.size == 5 and mapped.id_bytes == 2
-    ids, flags, _ = mapped.arrays()
+    with token_cache.mapped_stream(config.save_dir, index, order, 1000) as mapped:  # what the units read: the file mapped
+        assert mapped.seg_ids.size == 5 and mapped.id_bytes == 2
+        ids, flags, _ = mapped.arrays()
     assert ids.tolist() == want_ids and flags.tolist() == want_flags
     data_path, _ = save_dir.token_cache_paths(config.save_dir, 0, key)
     tokens = len(want_ids)
@@ -113,9 +114,9 @@ def test_a_file_read_in_small_blocks_gives_the_same_cache(tmp_path, sample_spm, 
         monkeypatch.setattr(corpus, "READ_BLOCK_BYTES", block_bytes)
         config, key = encode_files(tmp_path / str(block_bytes), sample_spm, files, use_eod=True)
         data_path, index_path = save_dir.token_cache_paths(config.save_dir, 0, key)
-        index = json.load(open(index_path))
+        index = json.loads(Path(index_path).read_text())
         index["shards"][0].pop("chars")  # the line breaks counted less one a block: a share's denominator
-        caches.append((open(data_path, "rb").read(), index))
+        caches.append((Path(data_path).read_bytes(), index))
     assert caches[0] == caches[1] and caches[0][1]["shards"][0]["lines"] == 300
 
 

@@ -97,3 +97,11 @@ def jit(**options):
         finally:
             numba.config.CACHE_DIR = before
     return decorate
+
+
+def element_pointer(context, builder, array_type, array, index, pointee):
+    """In a numba intrinsic's codegen: the address of array[index] (`array` a value of the numba type
+    `array_type`, `index` an LLVM integer; no bounds check) as a pointer to the LLVM type `pointee`, for one load,
+    store or call of any width at any alignment."""
+    data = context.make_array(array_type)(context, builder, array).data
+    return builder.bitcast(builder.gep(data, [index]), pointee.as_pointer())

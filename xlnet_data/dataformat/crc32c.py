@@ -64,9 +64,8 @@ def _load_u64_unaligned(typingctx, buf, i):
     """The eight bytes at buf[i:] (a uint8 array; need not be aligned) as one native uint64 load, little-endian
     on x86-64 (assembling them from eight byte loads and shifts took 3x the time of the crc32 instructions)."""
     def codegen(context, builder, signature, args):
-        array = context.make_array(signature.args[0])(context, builder, args[0])
-        address = builder.gep(array.data, [args[1]])
-        return builder.load(builder.bitcast(address, ir.IntType(64).as_pointer()), align=1)
+        address = compiled.element_pointer(context, builder, signature.args[0], args[0], args[1], ir.IntType(64))
+        return builder.load(address, align=1)
     return types.uint64(buf, types.intp), codegen
 
 

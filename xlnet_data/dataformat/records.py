@@ -52,8 +52,7 @@ LITTLE_ENDIAN = sys.byteorder == "little"  # put_varints' 4-byte stores put the 
 def _store_u32_unaligned(typingctx, buf, i, value):
     """Stores the uint32 `value` at buf[i:i + 4] (a uint8 array; need not be aligned) as one native store."""
     def codegen(context, builder, signature, args):
-        array = context.make_array(signature.args[0])(context, builder, args[0])
-        address = builder.bitcast(builder.gep(array.data, [args[1]]), ir.IntType(32).as_pointer())
+        address = compiled.element_pointer(context, builder, signature.args[0], args[0], args[1], ir.IntType(32))
         builder.store(builder.trunc(args[2], ir.IntType(32)) if args[2].type.width > 32 else args[2], address, align=1)
         return context.get_dummy_value()
     return types.none(buf, types.intp, value), codegen
@@ -99,9 +98,9 @@ def _memcpy(typingctx, dst, dst_pos, src, src_pos, count):
     memcpy: numba's slice assignment costs ~70 ns more a call, and a loop of byte stores ran at 2.5 cycles a
     byte (3 µs a record) where the compiler could not tell that its indices are never negative."""
     def codegen(context, builder, signature, args):
-        dst_array = context.make_array(signature.args[0])(context, builder, args[0])
-        src_array = context.make_array(signature.args[2])(context, builder, args[2])
-        cgutils.raw_memcpy(builder, builder.gep(dst_array.data, [args[1]]), builder.gep(src_array.data, [args[3]]),
+        byte = ir.IntType(8)
+        cgutils.raw_memcpy(builder, compiled.element_pointer(context, builder, signature.args[0], args[0], args[1], byte),
+                           compiled.element_pointer(context, builder, signature.args[2], args[2], args[3], byte),
                            args[4], 1)
         return context.get_dummy_value()
     return types.none(dst, types.intp, src, types.intp, types.intp), codegen

@@ -372,7 +372,8 @@ def mapped_stream(save_dir: str, index: CacheIndex, order, vocab_size: int) -> l
     their checksums and the ids against [0, vocab_size) first (the flags as they are read, twice, by stream_flags).
     The mapped pages are the page cache's: TokenStream.release drops those read from the process, so that a unit's
     resident memory does not grow with its stream; the file stays open beside the map, for the reads that would
-    fault in pages for a few ids (layout.copy_read). A gs:// cache, which cannot be mapped, is read into memory
+    fault in pages for a few ids (layout.copy_read), until TokenStream.close (the stream's owner, a unit's loop,
+    closes it where it ends). A gs:// cache, which cannot be mapped, is read into memory
     (read_stream)."""
     data_path, _ = token_cache_paths(save_dir, index.task, index.key)
     if fileio.is_remote(data_path) or not index.tokens:

@@ -165,8 +165,7 @@ def prefetch(typingctx, array, i):
     """Compiled code's hint that array[i] will be read soon (LLVM's prefetch: no fault, no wait, a no-op where the
     CPU has none): a walk's next load issued while the loads before it are in flight."""
     def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        address = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(8).as_pointer())
+        address = compiled.element_pointer(context, builder, signature.args[0], args[0], args[1], ir.IntType(8))
         i32 = ir.IntType(32)
         function_type = ir.FunctionType(ir.VoidType(), [address.type, i32, i32, i32])
         hint = builder.module.declare_intrinsic("llvm.prefetch.p0i8", fnty=function_type)

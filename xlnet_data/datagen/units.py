@@ -89,15 +89,16 @@ def run_unit(config: CreateConfig, unit: Unit, cache_key, sp, on_records=None,
                               rng.python_state(unit.seed), on_records=on_records)
     record_path, info_path = config.unit_paths(unit)
     try:
-        if config.write_records:
-            with fileio.atomic_write(record_path) as out:
-                num_batch = write(out)
+        with rows.stream:  # the mapped cache file closed once the records are written
+            if config.write_records:
+                with fileio.atomic_write(record_path) as out:
+                    num_batch = write(out)
+                    if num_batch == 0:
+                        raise _NoBatches
+            else:  # counted only: train_gpu and dump make the records from the token cache
+                num_batch = write(None)
                 if num_batch == 0:
                     raise _NoBatches
-        else:  # counted only: train_gpu and dump make the records from the token cache
-            num_batch = write(None)
-            if num_batch == 0:
-                raise _NoBatches
     except _NoBatches:
         rows_of_stream = rows.num_rows  # bsz_per_host, or half of it with bi_data
         result.skipped = (f"task {unit.task} has {result.tokens} tokens, too few for one batch (more than "

@@ -107,7 +107,8 @@ def find_damage(record_dir: str, cfg: TrainConfig) -> Optional[UserError]:
     for unit in found.cache_units:
         try:
             token_cache.verify(unit.save_dir, check_cache(unit))
-            open_loop(unit, cfg.model.n_token)  # an id outside the vocabulary, in a cache of no checksums (format 1)
+            with open_loop(unit, cfg.model.n_token):  # an id outside the vocabulary, in a cache of no checksums (format 1)
+                pass
         except token_cache.TokenCacheError as err:
             return err
     for path in found.filenames:

@@ -111,7 +111,8 @@ def _start_piece_table(sp_sha256, sp_path):
 
 
 def open_loop(unit: CacheUnit, vocab_size: Optional[int] = None) -> UnitLoop:
-    """The unit's loop at its first step: its task's stream read back in the unit's order, laid out, seeded."""
+    """The unit's loop at its first step: its task's stream read back in the unit's order, laid out, seeded; a
+    context manager, which closes the stream's mapped file."""
     index = check_cache(unit)
     is_start = _start_piece_table(provenance.sha256_of(unit.sp_path), unit.sp_path)  # check_cache hashed it
     # the model's vocabulary (is_start's size: the loop reads is_start[id]), or a training model's smaller one
@@ -201,28 +202,28 @@ class GeneratedStream:
         step = start_step
         while True:
             unit = self.units[i]
-            loop = open_loop(unit, self.vocab_size)
-            at = 0  # the loop's next step in the unit
-            if resume is not None and unit_start <= resume.step <= step:
-                loop.np_mt[:], loop.py_mt[:] = resume.numpy_mt, resume.python_mt
-                at = resume.step - unit_start
-            elif step > unit_start:
-                log.info("%s: no saved position in the checkpoint; making its first %d steps again to resume",
-                         unit.info_path, step - unit_start)
-            resume = None
-            at = self._skip(loop, unit, at, step - unit_start)
-            buf = np.empty(self.chunk_steps * self.bsz * records.max_record_bytes(unit.settings.seq_len), np.uint8)
-            while at < unit.num_batch:
-                self._remember(unit_start + at, loop)
-                want = min(self.chunk_steps, unit.num_batch - at)
-                steps, nbytes, _ = loop.write(at, want, buf, self.keep)
-                if steps < want:
-                    raise TokenCacheError(f"{unit.info_path}: its token cache gives {at + steps} batches, the "
-                                          f"record_info lists {unit.num_batch}; {_rerun_hint(unit)}")
-                offsets, lengths = record_frames(buf, nbytes, self.keep, steps)
-                yield buf[:nbytes].tobytes(), offsets, lengths
-                at += steps
-            del loop
+            # the unit's mapped cache file closed at its end, or where the consumer stops (the generator closed)
+            with open_loop(unit, self.vocab_size) as loop:
+                at = 0  # the loop's next step in the unit
+                if resume is not None and unit_start <= resume.step <= step:
+                    loop.np_mt[:], loop.py_mt[:] = resume.numpy_mt, resume.python_mt
+                    at = resume.step - unit_start
+                elif step > unit_start:
+                    log.info("%s: no saved position in the checkpoint; making its first %d steps again to resume",
+                             unit.info_path, step - unit_start)
+                resume = None
+                at = self._skip(loop, unit, at, step - unit_start)
+                buf = np.empty(self.chunk_steps * self.bsz * records.max_record_bytes(unit.settings.seq_len), np.uint8)
+                while at < unit.num_batch:
+                    self._remember(unit_start + at, loop)
+                    want = min(self.chunk_steps, unit.num_batch - at)
+                    steps, nbytes, _ = loop.write(at, want, buf, self.keep)
+                    if steps < want:
+                        raise TokenCacheError(f"{unit.info_path}: its token cache gives {at + steps} batches, the "
+                                              f"record_info lists {unit.num_batch}; {_rerun_hint(unit)}")
+                    offsets, lengths = record_frames(buf, nbytes, self.keep, steps)
+                    yield buf[:nbytes].tobytes(), offsets, lengths
+                    at += steps
             i, unit_start = i + 1, unit_start + unit.num_batch
             if i == len(self.units):
                 if not self.repeat:

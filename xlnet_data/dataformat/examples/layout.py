@@ -48,6 +48,18 @@ class TokenStream:
         """The mapped file's descriptor (copy_read), -1 for a stream in memory."""
         return -1 if self.file is None else self.file.fileno()
 
+    def close(self) -> None:
+        """Closes the mapped file now, not when the stream is garbage-collected (the map goes with the last
+        array that views it)."""
+        if self.file is not None:
+            self.file.close()
+
+    def __enter__(self) -> "TokenStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def arrays(self):
         """(ids int32, sent_ids bool, word starts bool or None) of the whole stream, in memory (tests, small
         streams): token_cache.read_stream's."""
@@ -84,8 +96,7 @@ def _unaligned_load(bits, signed):
     @intrinsic
     def load(typingctx, buf, i):
         def codegen(context, builder, signature, args):
-            array = context.make_array(signature.args[0])(context, builder, args[0])
-            address = builder.bitcast(builder.gep(array.data, [args[1]]), ir.IntType(bits).as_pointer())
+            address = compiled.element_pointer(context, builder, signature.args[0], args[0], args[1], ir.IntType(bits))
             value = builder.load(address, align=1)
             if sys.byteorder == "big":
                 value = builder.bswap(value)
@@ -107,9 +118,8 @@ def _pread(typingctx, fd, buf, nbytes, offset):
             return ir.Constant(ir.IntType(64), -1)
         function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(64), [
             ir.IntType(32), ir.IntType(8).as_pointer(), ir.IntType(64), ir.IntType(64)]), "pread")
-        array = context.make_array(signature.args[1])(context, builder, args[1])
-        return builder.call(function, [builder.trunc(args[0], ir.IntType(32)),
-                                       builder.bitcast(array.data, ir.IntType(8).as_pointer()), args[2], args[3]])
+        data = compiled.element_pointer(context, builder, signature.args[1], args[1], ir.IntType(64)(0), ir.IntType(8))
+        return builder.call(function, [builder.trunc(args[0], ir.IntType(32)), data, args[2], args[3]])
     return types.int64(fd, buf, nbytes, offset), codegen
 
 

@@ -7,6 +7,7 @@ A/B), seeded with 100 * task + pass_id, so the records are the original's. creat
 bytes.
 """
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 
@@ -281,6 +282,12 @@ class UnitLoop:
     def bsz(self):
         return self.rows.source.shape[0]
 
+    def __enter__(self) -> "UnitLoop":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.rows.stream.close()  # the loop owns its rows' stream: the mapped file closed where the loop ends
+
     def write(self, first_step, max_steps, buf, keep=None):
         """Up to `max_steps` steps from `first_step` (where the random streams stand) into `buf`, the rows of
         `keep` only (default: all); returns (steps, bytes, done) as _write_steps. The mapped pages read are dropped
@@ -319,5 +326,8 @@ def unit_rows(settings: ExampleSettings, unit: Unit, num_shards: int, stream: Ca
     the file-order draw (the masks' draws follow). `stream(order)` gives the task's layout.TokenStream with its
     `num_shards` files in `order` (token_cache.mapped_stream, or a task encoded in memory)."""
     random_state = np.random.RandomState(unit.seed)
-    return layout.layout_stream(stream(random_state.permutation(num_shards)), settings.bsz_per_host,
-                                settings.num_core, settings.bi_data), random_state
+    with contextlib.ExitStack() as on_error:  # the stream closed if its rows cannot be laid out (a damaged flag)
+        opened = on_error.enter_context(stream(random_state.permutation(num_shards)))
+        rows = layout.layout_stream(opened, settings.bsz_per_host, settings.num_core, settings.bi_data)
+        on_error.pop_all()
+    return rows, random_state
