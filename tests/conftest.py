@@ -28,10 +28,14 @@ needs_original = pytest.mark.skipif(not HAVE_ORIGINAL,
                                     reason=f"the original code (XLNET_REF) is not at {XLNET_REF}")
 
 
+def command_env(**more):
+    """The environment of a command a test runs: this checkout's package, TensorFlow's start-up lines off."""
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), **more)
+
+
 def run_module(module, *args, cwd=None, timeout=600):
     """Runs `python -m module args` and returns the CompletedProcess (text output)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, env=command_env(),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -300,16 +304,15 @@ class ForkServer:
         self.status_dir = Path(status_dir)
         self.status_dir.mkdir(parents=True)
         self._requests = 0
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
         self.server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER, str(self.status_dir), json.dumps(list(preload)),
                                         str(Path(__file__).parent)],
-                                       env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                       env=command_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def start(self, module, argv, stderr_path, env=None, cwd=None, stdout_path=os.devnull, function=None):
         """`python -m module argv`, or with `function` module.function(*argv) (a check that must run in a fresh
         TensorFlow: logical devices set before its first op), in a forked child."""
         argv = [str(arg) for arg in argv]
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT), **(env or {})}  # as a Popen's
+        env = command_env(**(env or {}))  # the caller's whole environment, as a Popen's
         Path(stderr_path).write_text("")  # there before the child opens it: its log can be read from now on
         self._requests += 1
         self.server.stdin.write(json.dumps({"number": self._requests, "module": module, "argv": argv,

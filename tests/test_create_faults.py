@@ -15,10 +15,10 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, SAMPLE_CORPUS, record_infos, run_module
+from conftest import SAMPLE_CORPUS, command_env, record_infos, run_module
 
 ARGS = ["--seq_len=64", "--reuse_len=32", "--bsz_per_host=4", "--num_predict=10", "--use_tpu=False"]
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+ENV = command_env()
 
 
 def create_args(spm, input_glob, save_dir, *extra):

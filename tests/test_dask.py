@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import GOLDEN, ROOT, golden_flags, needs_shared, run_module
+from conftest import GOLDEN, ROOT, command_env, golden_flags, needs_shared, run_module
 from test_beam import CASE, g2_flags
 from test_golden import CASES, assert_same_corpus_info, assert_same_records
 
@@ -191,7 +191,7 @@ def launch_and_kill_a_worker_mid_unit(cluster, flags, save_dir, cwd, marker, all
     with Client(cluster) as client:
         client.run(stall_first_unit, str(marker))
         set_allowed_failures(client, allowed_failures)
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+        env = command_env()
         launch = subprocess.Popen([sys.executable, "-m", "xlnet_data.create", *flags, *dask_flags(cluster),
                                    f"--save_dir={save_dir}"], cwd=cwd, env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, XLNET_REF, XLNET_SPM, needs_original, needs_shared, read_save_dir, record_infos
+from conftest import XLNET_REF, XLNET_SPM, command_env, needs_original, needs_shared, read_save_dir, record_infos
 from original_oracle import ERROR_PREFIX
 from test_golden import assert_same_corpus_info
 
@@ -180,7 +180,7 @@ def cases(tmp_path_factory):
         made[f"long{index}"] = (long_line_case(index, root / f"long{index}"), root / f"long{index}")
     runs = [run for config, case_dir in made.values() for run in oracle_runs(config, case_dir)]
     (root / "cases.json").write_text(json.dumps(runs))
-    env = dict(os.environ, XLNET_REF=str(XLNET_REF), TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    env = command_env(XLNET_REF=str(XLNET_REF))
     oracle = subprocess.run([sys.executable, str(Path(__file__).parent / "original_oracle.py"),
                              str(root / "cases.json")], env=env, capture_output=True, text=True, timeout=1200)
     assert oracle.returncode == 0, oracle.stderr[-3000:]

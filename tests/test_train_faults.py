@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT, SAMPLE_CORPUS, fork_server, run_module, two_logical_cpus
+from conftest import ROOT, SAMPLE_CORPUS, command_env, fork_server, run_module, two_logical_cpus
 from test_train import TINY_SHAPE, _create, tiny_config
 
 from xlnet_data.common.errors import ConfigError
@@ -105,7 +105,7 @@ def _run_check(name, *args, **env):
     script = ("import os, sys; sys.path.insert(0, sys.argv[1]); import test_train_faults; "
               "getattr(test_train_faults, 'check_' + sys.argv[2])(*sys.argv[3:]); print('check OK', flush=True); "
               "os._exit(0)")  # checked: skip the teardown, where freeing the runs' input iterators waits for their threads
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), **env)
+    env = command_env(**env)
     result = subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent), name, *map(str, args)],
                             env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and "check OK" in result.stdout, result.stderr[-5000:]
@@ -386,7 +386,7 @@ def test_missing_passes_are_refused_by_train_and_said_by_dump(sample_spm, small_
 # ----- signals ----------------------------------------------------------------------------------------
 
 def _popen_train(*args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+    env = command_env()
     return subprocess.Popen([sys.executable, "-m", "xlnet_data.train_gpu", *map(str, args)], env=env,
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
 
@@ -751,7 +751,7 @@ class TestWhileATrainGpuRuns:
         text.write_text("\n".join((SAMPLE_CORPUS / "austen_emma.txt").read_text().splitlines()[:20]) + "\n")
         overwrite = (f"--input_glob={text}", f"--sp_path={sample_spm}", f"--save_dir={records}", *RECORD_FLAGS,
                      "--num_workers=1", "--overwrite")
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
+        env = command_env()
 
         def refused_naming(program, reader):
             line = _one_line(run_module("xlnet_data.create", *overwrite), "create", 2)
