@@ -364,6 +364,15 @@ def test_batch_is_per_core_and_drops_the_remainder(tmp_path):
     assert len(list(ip.make_dataset(str(tmp_path), config, repeat=False))) == 2  # 10 records: 2 batches of 4
 
 
+def test_the_features_pipeline_runs_without_tf_data_s_autotuning_thread(tmp_path):
+    """Freeing an iterator waited for that thread, up to a minute with the CPU idle (TensorFlow 2.21): a training
+    run's, each held-out evaluation's. parse_batches, which every features pipeline ends with, leaves it off."""
+    _make_record_dir(tmp_path, SYN, [(0, 0)], num_records=4, gz=False, tag=1)
+    dataset = ip.make_dataset(str(tmp_path), SYN)
+    assert dataset.options().autotune.enabled is False
+    assert tf.data.Dataset.range(1).options().autotune.enabled is not False  # TensorFlow's default is on
+
+
 def test_missing_files_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="record_info-train-"):
         ip.find_records(str(tmp_path), SYN)

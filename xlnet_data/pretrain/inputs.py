@@ -222,6 +222,13 @@ def record_batches(record_info_dir: str, config: InputConfig, *, seed: int = 0,
                                                  tf.ensure_shape(permutation(indices, 1), perm_shape)))
 
 
+# tf.data's autotuning model thread left off: freeing an iterator (a run's, each held-out evaluation's) waited for it
+# with the CPU idle, up to its optimisation period (a minute), in TensorFlow 2.21 (gdb: ~RootDataset::Iterator waits
+# on Model::OptimizeLoop). AUTOTUNE then means as many parallel calls as cores and prefetch's own growing buffer.
+_WITHOUT_MODEL_THREAD = tf.data.Options()
+_WITHOUT_MODEL_THREAD.autotune.enabled = False
+
+
 def parse_batches(dataset: tf.data.Dataset, config: InputConfig) -> tf.data.Dataset:
     """record_batches' elements (or rows of them regrouped) -> feature batches (see the module doc).
 
@@ -229,7 +236,7 @@ def parse_batches(dataset: tf.data.Dataset, config: InputConfig) -> tf.data.Data
     """
     parse = make_batch_parser(config)
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(_WITHOUT_MODEL_THREAD)
 
 
 def make_dataset(record_info_dir: str, config: InputConfig, *, seed: int = 0,
