@@ -71,9 +71,9 @@ class Evaluator:
     def evaluate(self) -> Measure:
         """The source's loss and accuracy over its batches, memories started afresh."""
         if self._step is None:
-            self._replica_pass = (tf.function(self._replica, jit_compile=True) if self.trainer.uses_xla
-                                  else self._replica)
-            self._step = tf.function(self._distributed)
+            self._replica_pass = (tf.function(self._replica, jit_compile=True, autograph=False)
+                                  if self.trainer.uses_xla else self._replica)
+            self._step = tf.function(self._distributed, autograph=False)  # as the trainer's step (trainer.py)
             self._batches = batch_source(self.trainer.strategy, self._dataset)
         batches = iter(self._batches)
         mems = self.trainer.initial_mems()

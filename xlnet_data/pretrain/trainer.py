@@ -54,10 +54,12 @@ class Trainer:
     def _build_step(self):
         # Only the model's pass is compiled: the all-reduce, clipping and the update stay outside, so
         # the same code compiles under every strategy (as Keras compiles its per-replica step).
-        self._forward_backward = (tf.function(self._model_forward_backward, jit_compile=True) if self.uses_xla
-                                  else self._model_forward_backward)
-        self.step = tf.function(self._step)
-        self.loss_and_grads = tf.function(self._distributed_loss_and_grads)
+        # autograph=False: the step's Python branches and loops are on Python values, never tensors, so AutoGraph's
+        # conversion would give the same graph; converting the model's code cost each process ~2 s of CPU.
+        self._forward_backward = (tf.function(self._model_forward_backward, jit_compile=True, autograph=False)
+                                  if self.uses_xla else self._model_forward_backward)
+        self.step = tf.function(self._step, autograph=False)
+        self.loss_and_grads = tf.function(self._distributed_loss_and_grads, autograph=False)
 
     def train_step(self, features, mems):
         """self.step, except that with --jit_compile=auto a first step that XLA cannot compile (an op
