@@ -218,8 +218,16 @@ def record_batches(record_info_dir: str, config: InputConfig, *, seed: int = 0,
         dataset = dataset.enumerate().skip(start)
     dataset = dataset.batch(config.bsz_per_core, drop_remainder=True)
     perm_shape = [config.bsz_per_core, config.perm_size]
-    return dataset.map(lambda indices, records: (records, tf.ensure_shape(permutation(indices, 0), perm_shape),
-                                                 tf.ensure_shape(permutation(indices, 1), perm_shape)))
+    return dataset.map(as_written(lambda indices, records: (records,
+                                                            tf.ensure_shape(permutation(indices, 0), perm_shape),
+                                                            tf.ensure_shape(permutation(indices, 1), perm_shape))))
+
+
+def as_written(fn):
+    """A tf.data map function traced as written: its branches and loops are on Python values, never tensors, so
+    AutoGraph's conversion (by default on every map function) would trace the same ops, at ~1.5 s of CPU a process
+    (as the trainer's steps are traced: trainer.py)."""
+    return tf.autograph.experimental.do_not_convert(fn)
 
 
 # tf.data's autotuning model thread left off: freeing an iterator (a run's, each held-out evaluation's) waited for it
@@ -235,7 +243,7 @@ def parse_batches(dataset: tf.data.Dataset, config: InputConfig) -> tf.data.Data
     Everything per batch (a few dozen ops), nothing per example; parallel, in order, prefetched.
     """
     parse = make_batch_parser(config)
-    dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = dataset.map(as_written(parse), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE).with_options(_WITHOUT_MODEL_THREAD)
 
 

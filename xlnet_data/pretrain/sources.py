@@ -26,7 +26,7 @@ from xlnet_data.dataformat.examples.generated import check_cache, open_loop
 from xlnet_data.dataformat.record_reader import RecordError, read_numbered_examples
 from xlnet_data.pretrain.cache_input import CacheFeed
 from xlnet_data.pretrain.config import InputConfig, TrainConfig
-from xlnet_data.pretrain.inputs import PermutationFn, parse_batches, record_batches
+from xlnet_data.pretrain.inputs import PermutationFn, as_written, parse_batches, record_batches
 from xlnet_data.pretrain.layout import RecordsGoneError, find_records, replica_rows
 
 
@@ -64,11 +64,12 @@ def replica_batches(record_dir: str, cfg: TrainConfig, num_replicas: int, *, sta
         # hand every replica its own core's block).
         return parse_batches(dataset, data)
     dataset = dataset.batch(data.num_core_per_host, drop_remainder=True)  # one step of the records
-    dataset = dataset.map(lambda *rows: tuple(split_host_batch(value, num_replicas, data.bi_data) for value in rows))
+    dataset = dataset.map(as_written(
+        lambda *rows: tuple(split_host_batch(value, num_replicas, data.bi_data) for value in rows)))
     if several_pipelines:
         local = num_replicas // input_context.num_input_pipelines
         first = input_context.input_pipeline_id * local
-        dataset = dataset.map(lambda *rows: tuple(value[first:first + local] for value in rows))
+        dataset = dataset.map(as_written(lambda *rows: tuple(value[first:first + local] for value in rows)))
     return parse_batches(dataset.unbatch(), data)
 
 
