@@ -70,7 +70,8 @@ def test_device_made_features_are_the_hosts_on_random_shapes(draw):
     perm_size = int(rng.choice([d for d in range(1, reuse_len + 1) if reuse_len % d == 0 and seq_len % d == 0]))
     n = 2 * int(rng.integers(1, 4))
     is_masked = (rng.random((n, seq_len)) < rng.random()).astype(np.int64)
-    num_predict = None if draw % 4 == 0 else int(is_masked.sum(1).max()) + int(rng.integers(0, 3))
+    # At least one prediction (InputConfig's rule), at least the most masked row's (a sparse mask can leave none).
+    num_predict = None if draw % 4 == 0 else max(1, int(is_masked.sum(1).max()) + int(rng.integers(0, 3)))
     config = C.InputConfig(seq_len=seq_len, reuse_len=reuse_len, perm_size=perm_size, bsz_per_host=n,
                            num_predict=num_predict, bi_data=bool(rng.integers(2)))
     inputs = rng.integers(10, 1000, (n, seq_len))
