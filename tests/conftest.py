@@ -199,8 +199,8 @@ def pytest_configure(config):
 TRAIN_GPU_PRELOAD = ("tensorflow", "xlnet_data.pretrain.training")
 
 # In a forked child: the command's own run(), as `python -m module argv` would (or a test module's `function`), stdout
-# and stderr to these files. What the function returns is kept until os._exit: freeing a run's input iterators (its
-# token-cache reader threads) waited seconds with the CPU idle.
+# and stderr to these files. What the function returns is kept until os._exit, which skips freeing it: freeing a run's
+# input iterators waited up to a minute with the CPU idle while tf.data's autotuning thread was on (inputs.py).
 _RUN_IN_CHILD = r"""
 import importlib, json, os, sys, traceback
 def run_in_child(module_name, argv, out_path, err_path, function=None):

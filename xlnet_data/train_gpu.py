@@ -108,9 +108,9 @@ _FINISHED = []  # the run's result (or the dry run's): its input iterators, whos
 
 
 def run():
-    # The process ends as soon as the run has: freeing TensorFlow's input iterators waits for their threads
-    # (measured 5-18 s after `done`, a third of a short run's wall time, which --dry_run cannot project), so
-    # the result is kept in _FINISHED and the process leaves without freeing it. Everything the run writes is
+    # The process ends as soon as the run has: freeing TensorFlow's input iterators waited for tf.data's
+    # autotuning thread (5-18 s after `done`, a third of a short run's wall time; inputs.py now leaves that
+    # thread off), so the result is kept in _FINISHED and the process leaves without freeing it. Everything the run writes is
     # closed by then (checkpoints, summaries flushed, the model_dir's lock released).
     try:
         cli.run(main, "train", __doc__, define_flags)
