@@ -110,8 +110,8 @@ _FINISHED = []  # the run's result (or the dry run's): its input iterators, whos
 def run():
     # The process ends as soon as the run has: freeing TensorFlow's input iterators waited for tf.data's
     # autotuning thread (5-18 s after `done`, a third of a short run's wall time; inputs.py now leaves that
-    # thread off), so the result is kept in _FINISHED and the process leaves without freeing it. Everything the run writes is
-    # closed by then (checkpoints, summaries flushed, the model_dir's lock released).
+    # thread off), so the result is kept in _FINISHED and the process leaves without freeing it. Everything
+    # the run writes is closed by then (checkpoints, summaries flushed, the model_dir's lock released).
     try:
         cli.run(main, "train", __doc__, define_flags)
         status = 0

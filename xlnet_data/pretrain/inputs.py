@@ -218,9 +218,12 @@ def record_batches(record_info_dir: str, config: InputConfig, *, seed: int = 0,
         dataset = dataset.enumerate().skip(start)
     dataset = dataset.batch(config.bsz_per_core, drop_remainder=True)
     perm_shape = [config.bsz_per_core, config.perm_size]
-    return dataset.map(as_written(lambda indices, records: (records,
-                                                            tf.ensure_shape(permutation(indices, 0), perm_shape),
-                                                            tf.ensure_shape(permutation(indices, 1), perm_shape))))
+
+    def with_permutations(indices, records):
+        return (records, tf.ensure_shape(permutation(indices, 0), perm_shape),
+                tf.ensure_shape(permutation(indices, 1), perm_shape))
+
+    return dataset.map(as_written(with_permutations))
 
 
 def as_written(fn):
