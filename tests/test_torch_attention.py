@@ -132,11 +132,18 @@ def test_flex_equals_eager_forward_and_backward(cpu_backward, draw):
     flex32, eager32 = forward_backward(flex, batch, mems), forward_backward(eager, batch, mems)
     mems64 = None if mems is None else [mem.double() for mem in mems]
     flex64, eager64 = (forward_backward(model.double(), batch, mems64) for model in (flex, eager))
-    assert_close(flex64, eager64, 1e-10, f"float64 {what}")  # the same function, to float64's rounding
+    # The same function, to float64's rounding. A gradient that is zero but for rounding on both sides (r_s_bias's
+    # with reuse_len 1 and seq_len 4: ~1e-19 in float64, 0 and 6e-10 in float32; seed 3642167490) has no relative
+    # error to speak of: in float32 it stays within float32's rounding of the largest value.
+    zero = {key for key in eager64 if max(eager64[key].abs().max(), flex64[key].abs().max()) < 1e-15}
+    assert_close(flex64, eager64, 1e-10, f"float64 {what}", keys=[key for key in eager64 if key not in zero])
+    scale = max(float(value.abs().max()) for value in eager32.values())
+    for key in zero:
+        assert flex32[key].abs().max() <= 1e-7 * scale, f"float32 {what}: {key} is not zero"
     # float32 within 1e-5 of the eager module's; where eager's own float32 result is further than that from its
     # float64 one (a gradient that is a cancelling sum: seg_embed's, r_s_bias's, up to 2e-5), flex no further
     # from float64 than twice eager's float32
-    for key in eager64:
+    for key in eager64.keys() - zero:
         tolerance = max(1e-5, 2 * relative_error(eager32[key], eager64[key]))
         error = relative_error(flex32[key], eager32[key] if tolerance == 1e-5 else eager64[key])
         assert error <= tolerance, f"float32 {what}: {key} {error:.2e} relative (tolerance {tolerance:.1e})"
